@@ -1,0 +1,69 @@
+"""The arguments a platform appends to the start command, found and taken off the user's.
+
+ModelArts appends `--init_method tcp://IP:PORT [--rank N --world_size M]` for PyTorch-GPU and
+`--task_index I --ps_hosts [..] --worker_hosts [..] --job_name J` for TensorFlow-GPU after the
+user's own arguments. They are recognised only as a trailing run of these flags, so a user's own
+`--rank` earlier on the line is left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+PYTORCH_FLAGS = ("init_method", "rank", "world_size")
+TENSORFLOW_FLAGS = ("task_index", "ps_hosts", "worker_hosts", "job_name")
+_KNOWN = frozenset(PYTORCH_FLAGS + TENSORFLOW_FLAGS)
+
+
+@dataclass(frozen=True)
+class AppendedArgs:
+    values: Mapping[str, str] = field(default_factory=dict)
+    words: tuple[str, ...] = ()  # exactly as appended, for --keep-platform-args
+
+    def get(self, name: str) -> str | None:
+        return self.values.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.values
+
+
+def _flag_name(word: str) -> str | None:
+    if not word.startswith("--"):
+        return None
+    name = word[2:].split("=", 1)[0]
+    return name if name in _KNOWN else None
+
+
+def _parse_run(words: Sequence[str]) -> dict[str, str] | None:
+    """Parse words that must consist only of known `--flag value`/`--flag=value` pairs."""
+    values: dict[str, str] = {}
+    i = 0
+    while i < len(words):
+        name = _flag_name(words[i])
+        if name is None or name in values:
+            return None
+        if "=" in words[i]:
+            values[name] = words[i].split("=", 1)[1]
+            i += 1
+        elif i + 1 < len(words):
+            values[name] = words[i + 1]
+            i += 2
+        else:
+            return None
+    return values
+
+
+def split_appended(command: Sequence[str]) -> tuple[tuple[str, ...], AppendedArgs]:
+    """Split `SCRIPT ARGS... APPENDED...` into the user's words and the platform's.
+
+    The longest trailing run that parses as known platform flags is taken (the script itself,
+    word 0, never is).
+    """
+    for start in range(1, len(command)):
+        if _flag_name(command[start]) is None:
+            continue
+        values = _parse_run(command[start:])
+        if values is not None:
+            return tuple(command[:start]), AppendedArgs(values, tuple(command[start:]))
+    return tuple(command), AppendedArgs()

@@ -1,0 +1,184 @@
+"""The `marun` command line. Each command imports what it needs when it runs (start-up time is
+the user's time: `marun run` sits in front of every training process)."""
+
+# No `from __future__ import annotations` here: typer reads these annotations at run time, and
+# marun runs under Python 3.9, where `str | None` cannot be evaluated.
+import os
+import sys
+from enum import Enum
+from typing import Annotated, Any, Optional
+
+import typer
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Launch distributed training from what a ModelArts-style platform injects.",
+)
+
+# Options stop at the first word that is not one of marun's, so everything after the script
+# (including the platform's appended --init_method/--rank/...) belongs to the script.
+_CTX = {"allow_interspersed_args": False, "ignore_unknown_options": True}
+
+
+class Mode(str, Enum):
+    auto = "auto"
+    ascend = "ascend"
+    mindspore = "mindspore"
+    pytorch = "pytorch"
+    tensorflow = "tensorflow"
+    mpi = "mpi"
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+CommandArg = Annotated[
+    Optional[list[str]], typer.Argument(help="SCRIPT [ARGS...]: a .py file or a command")
+]
+ModeOpt = Annotated[
+    Mode, typer.Option("--mode", help="launch mode; auto reads the platform's hints")
+]
+ConfigOpt = Annotated[
+    Optional[str],
+    typer.Option("--config", help="YAML settings file (else $MARUN_CONFIG, ./marun.yaml)"),
+]
+NprocOpt = Annotated[
+    Optional[int], typer.Option("--nproc-per-node", help="processes per node (default MA_NUM_GPUS)")
+]
+PerNodeOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--per-node/--per-device", help="ascend: start file runs once per node / per device"
+    ),
+]
+KeepOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--keep-platform-args", help="pass the platform's appended arguments on to the script"
+    ),
+]
+NicOpt = Annotated[
+    Optional[str], typer.Option("--nic", help="network interface to use (default: detected)")
+]
+LogDirOpt = Annotated[Optional[str], typer.Option("--log-dir", help="per-process log directory")]
+TfChiefOpt = Annotated[
+    Optional[bool], typer.Option("--tf-chief", help="tensorflow: worker 0 becomes the chief")
+]
+
+
+def _build(
+    command: Optional[list[str]],
+    mode: Mode,
+    config: Optional[str],
+    all_nodes: bool,
+    cli_settings: "dict[str, Any]",
+) -> Any:
+    from marun.config import load_settings
+    from marun.modes import build_plan
+    from marun.platform import read_platform
+
+    env = dict(os.environ)
+    cwd = os.getcwd()
+    loaded = load_settings(cli_settings, env, cwd, config)
+    platform = read_platform(command or [], env, cwd, loaded.settings)
+    return build_plan(mode.value, platform, all_nodes)
+
+
+@app.command(context_settings=_CTX)
+def plan(
+    command: CommandArg = None,
+    mode: ModeOpt = Mode.auto,
+    all_nodes: Annotated[
+        bool, typer.Option("--all-nodes", help="plan every node of the job")
+    ] = False,
+    fmt: Annotated[
+        Optional[Format],
+        typer.Option(
+            "--format", help="table (default on a terminal), json (default otherwise), yaml"
+        ),
+    ] = None,
+    config: ConfigOpt = None,
+    nproc_per_node: NprocOpt = None,
+    per_node: PerNodeOpt = None,
+    keep_platform_args: KeepOpt = None,
+    nic: NicOpt = None,
+    log_dir: LogDirOpt = None,
+    tf_chief: TfChiefOpt = None,
+) -> None:
+    """Print what `marun run` would start with these inputs (nothing is started)."""
+    from marun.render import render
+
+    launch_plan = _build(
+        command,
+        mode,
+        config,
+        all_nodes,
+        {
+            "nproc_per_node": nproc_per_node,
+            "per_node": per_node,
+            "keep_platform_args": keep_platform_args,
+            "nic": nic,
+            "log_dir": log_dir,
+            "tf_chief": tf_chief,
+        },
+    )
+    chosen = fmt.value if fmt else ("table" if sys.stdout.isatty() else "json")
+    sys.stdout.write(render(launch_plan, chosen))
+
+
+@app.command(context_settings=_CTX)
+def run(
+    command: CommandArg = None,
+    mode: ModeOpt = Mode.auto,
+    config: ConfigOpt = None,
+    nproc_per_node: NprocOpt = None,
+    per_node: PerNodeOpt = None,
+    keep_platform_args: KeepOpt = None,
+    nic: NicOpt = None,
+    log_dir: LogDirOpt = None,
+    tf_chief: TfChiefOpt = None,
+    supervise: Annotated[
+        bool, typer.Option("--supervise", help="supervise even a single process, not exec it")
+    ] = False,
+) -> None:
+    """Start this node's part of the job and exit with its status."""
+    from marun.execute import execute
+
+    launch_plan = _build(
+        command,
+        mode,
+        config,
+        False,
+        {
+            "nproc_per_node": nproc_per_node,
+            "per_node": per_node,
+            "keep_platform_args": keep_platform_args,
+            "nic": nic,
+            "log_dir": log_dir,
+            "tf_chief": tf_chief,
+        },
+    )
+    raise typer.Exit(execute(launch_plan, supervise=supervise))
+
+
+@app.command()
+def version() -> None:
+    """Print marun's version."""
+    from marun import __version__
+
+    print(__version__)
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    from marun.errors import MarunError
+
+    try:
+        app(args=argv, prog_name="marun", standalone_mode=True)
+    except MarunError as exc:
+        sys.stderr.write(f"marun: error: {exc}\n")
+        sys.exit(exc.exit_code)

@@ -1,0 +1,166 @@
+"""Settings: built-in defaults < YAML file < environment (MARUN_<KEY>) < command line.
+
+The file is `--config FILE`, else `$MARUN_CONFIG`, else `marun.yaml` in the working directory.
+Every key is listed in `FIELDS`; an unknown key, or a value of the wrong type, is bad input.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from marun.errors import InputError, bad_value
+
+
+@dataclass(frozen=True)
+class Settings:
+    # network
+    nic: str | None = None  # interface name; default: the one holding this node's address
+    # process layout
+    nproc_per_node: int | None = None  # default: MA_NUM_GPUS, else 1
+    per_node: bool = False  # ascend: the start file runs once per node, not once per device
+    keep_platform_args: bool = False  # pass the platform's appended arguments to the script
+    tf_chief: bool = False  # tensorflow: worker 0 becomes TF_CONFIG's "chief"
+    # MindSpore dynamic cluster
+    ms_sched_port: int = 8118  # msrun's default master_port
+    ms_topo_timeout: int = 600  # seconds all processes have to join (msrun's cluster_time_out)
+    # Ascend rank table
+    ranktable_timeout: float = 600.0  # seconds to wait for status "completed"
+    # host names
+    resolve_timeout: float = 300.0  # seconds to wait for a peer's name to resolve
+    volcano_dir: str = "/etc/volcano"
+    # MPI
+    sshd_port: int = 36666
+    ssh_dir: str | None = None  # where the platform mounts id_rsa/authorized_keys; default ~/.ssh
+    mpirun_extra_args: tuple[str, ...] = ()
+    mpi_forward_env: tuple[str, ...] = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "MA_*", "VC_*")
+    # supervision and files
+    log_dir: str | None = None  # default: $MA_LOG_DIR/marun if set, else ./marun_logs
+    run_dir: str | None = None  # default: $TMPDIR/marun-<uid>
+    grace_period: float = 30.0
+    max_restarts: int = 3
+    recovery_wait: float = 30.0
+
+
+FIELDS: Mapping[str, Any] = {f.name: f for f in fields(Settings)}
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _type_name(name: str) -> str:
+    return str(FIELDS[name].type)
+
+
+def _coerce(name: str, value: Any, where: str) -> Any:
+    """Turn a value from YAML (typed) or the environment/CLI (a string) into the field's type.
+
+    `where` names the value for the error message (`MARUN_SSHD_PORT`, `--sshd-port`, ...).
+    """
+    kind = _type_name(name)
+    if value is None and "None" in kind:
+        return None
+    try:
+        if kind.startswith("bool"):
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in _TRUE:
+                return True
+            if text in _FALSE:
+                return False
+            raise ValueError
+        if kind.startswith("int"):
+            if isinstance(value, bool):
+                raise ValueError
+            return int(str(value).strip())
+        if kind.startswith("float"):
+            if isinstance(value, bool):
+                raise ValueError
+            return float(str(value).strip())
+        if kind.startswith("tuple"):
+            if isinstance(value, (list, tuple)):
+                return tuple(str(v) for v in value)
+            text = str(value)
+            if name == "mpirun_extra_args":
+                return tuple(shlex.split(text))
+            return tuple(v.strip() for v in text.split(",") if v.strip())
+        if kind.startswith("str"):
+            if isinstance(value, (dict, list)):
+                raise ValueError
+            return str(value)
+    except ValueError:
+        pass
+    raise bad_value(where, value, f"a value of type {kind}")
+
+
+def find_config_file(explicit: str | None, env: Mapping[str, str], cwd: str) -> Path | None:
+    if explicit:
+        return Path(explicit)
+    if env.get("MARUN_CONFIG"):
+        return Path(env["MARUN_CONFIG"])
+    default = Path(cwd) / "marun.yaml"
+    return default if default.is_file() else None
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    import yaml  # lazy: only when a config file exists
+
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InputError(f"config file {path}: cannot read it ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise InputError(f"config file {path}: not valid YAML{where}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InputError(f"config file {path}: expected a mapping of settings at the top level")
+    unknown = sorted(str(k) for k in data if k not in FIELDS)
+    if unknown:
+        raise InputError(
+            f"config file {path}: unknown key {unknown[0]!r}; expected one of "
+            + ", ".join(sorted(FIELDS))
+        )
+    return {k: _coerce(k, v, f"config file {path}: {k}") for k, v in data.items()}
+
+
+@dataclass(frozen=True)
+class LoadedSettings:
+    settings: Settings
+    file: Path | None = None
+    sources: Mapping[str, str] = field(default_factory=dict)  # key -> "file" | "env" | "cli"
+
+
+def load_settings(
+    cli: Mapping[str, Any], env: Mapping[str, str], cwd: str, config_file: str | None = None
+) -> LoadedSettings:
+    """Merge the four layers. `cli` holds only the options the user actually gave."""
+    path = find_config_file(config_file, env, cwd)
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    if path is not None:
+        if not path.is_file():
+            raise bad_value("config file", str(path), "an existing YAML file")
+        for k, v in _read_file(path).items():
+            values[k], sources[k] = v, "file"
+    for name in FIELDS:
+        var = "MARUN_" + name.upper()
+        if var in env:
+            values[name], sources[name] = _coerce(name, env[var], var), "env"
+    for name, v in cli.items():
+        if v is not None:
+            values[name], sources[name] = _coerce(name, v, "--" + name.replace("_", "-")), "cli"
+    return LoadedSettings(replace(Settings(), **values), path, sources)
+
+
+def default_run_dir(env: Mapping[str, str]) -> str:
+    base = env.get("TMPDIR") or "/tmp"
+    return os.path.join(base, f"marun-{os.getuid()}")

@@ -1,0 +1,68 @@
+"""Which network interface and address this node talks to its peers through.
+
+Every mode takes the NIC from here, so NCCL/GLOO/HCCL_SOCKET_IFNAME and MPI's
+btl_tcp_if_include always agree. Order: the configured `nic`; the interface holding an address
+the platform says is ours or that peers meet at (MA_CURRENT_IP, the rank table's server address,
+the rendezvous address: 127.0.0.1 picks `lo`, node 0's own address picks its interface); the
+interface of the default route; the first interface with an IPv4 address.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from marun.errors import InputError
+
+
+@dataclass(frozen=True)
+class Nic:
+    name: str
+    address: str
+
+
+def _ipv4_by_interface() -> dict[str, list[str]]:
+    import netifaces  # lazy: only modes that need a NIC pay for it
+
+    table: dict[str, list[str]] = {}
+    for name in netifaces.interfaces():
+        addrs = netifaces.ifaddresses(name).get(netifaces.AF_INET, [])
+        found = [a["addr"] for a in addrs if a.get("addr")]
+        if found:
+            table[name] = found
+    return table
+
+
+def _default_route_interface() -> str | None:
+    try:
+        with open("/proc/net/route") as fh:
+            next(fh, None)
+            for line in fh:
+                parts = line.split()
+                if len(parts) > 2 and parts[1] == "00000000":
+                    return parts[0]
+    except OSError:
+        return None
+    return None
+
+
+def choose_nic(configured: str | None, hints: Iterable[str] = ()) -> Nic:
+    table = _ipv4_by_interface()
+    if configured:
+        if configured not in table:
+            raise InputError(
+                f"nic={configured!r}: expected an interface with an IPv4 address, one of "
+                + ", ".join(sorted(table) or ["(none)"])
+            )
+        return Nic(configured, table[configured][0])
+    for addr in hints:
+        for name, addrs in table.items():
+            if addr and addr in addrs:
+                return Nic(name, addr)
+    default = _default_route_interface()
+    if default and default in table:
+        return Nic(default, table[default][0])
+    for name, addrs in table.items():
+        if name != "lo":
+            return Nic(name, addrs[0])
+    return Nic("lo", table.get("lo", ["127.0.0.1"])[0])
