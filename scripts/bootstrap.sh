@@ -36,7 +36,13 @@ fi
 
 # Python 3.9: the floor marun promises (framework images often ship it).
 VENVS=${MARUN_VENVS:-$REPO/.cache/venvs}
-PY39=$(command -v python3.9 || true)
+PY39=""
+for cand in "${MARUN_PYTHON39:-}" python3.9 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.9*/bin/python3.9; do
+  # pyenv's shim exists even where 3.9 is not selected: ask the interpreter itself.
+  if [ -n "$cand" ] && "$cand" -c 'import sys; assert sys.version_info[:2] == (3, 9)' 2>/dev/null; then
+    PY39=$(command -v "$cand"); break
+  fi
+done
 if [ -n "$PY39" ] && [ "$(cat "$VENVS/py39/.marun-stamp" 2>/dev/null)" != "$(stamp_of)" ]; then
   log "creating $VENVS/py39 (Python 3.9) with marun"
   mkdir -p "$VENVS"
