@@ -32,7 +32,10 @@ def test_node_index(tmp_path: Path, env: dict[str, str], index: int) -> None:
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "x"}, "VC_TASK_INDEX='x': expected an integer >= 0"),
+        (
+            {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "x"},
+            "VC_TASK_INDEX='x': expected an integer >= 0",
+        ),
         ({"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "2"}, "VC_TASK_INDEX='2': expected an index below"),
         ({"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "-1"}, "VC_TASK_INDEX='-1'"),
         ({"MA_NUM_HOSTS": "2"}, "none of MA_TASK_INDEX, VC_TASK_INDEX, VK_TASK_INDEX is set"),
@@ -47,15 +50,26 @@ def test_node_index_errors(tmp_path: Path, env: dict[str, str], message: str) ->
 
 @pytest.mark.parametrize(
     ("env", "settings", "count"),
-    [({}, {}, 1), ({"MA_NUM_GPUS": "8"}, {}, 8), ({"MA_NUM_GPUS": "0"}, {}, 1),
-     ({"MA_NUM_GPUS": "8"}, {"nproc_per_node": 2}, 2)],
+    [
+        ({}, {}, 1),
+        ({"MA_NUM_GPUS": "8"}, {}, 8),
+        ({"MA_NUM_GPUS": "0"}, {}, 1),
+        ({"MA_NUM_GPUS": "8"}, {"nproc_per_node": 2}, 2),
+    ],
 )
-def test_devices_per_node(tmp_path: Path, env: dict[str, str], settings: dict[str, int], count: int) -> None:
+def test_devices_per_node(
+    tmp_path: Path, env: dict[str, str], settings: dict[str, int], count: int
+) -> None:
     assert platform(env, tmp_path, **settings).devices_per_node() == count
 
 
 def test_host_names_sources(tmp_path: Path) -> None:
-    env = {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "0", "MA_VJ_NAME": "ma-job", "MA_TASK_NAME": "worker"}
+    env = {
+        "MA_NUM_HOSTS": "2",
+        "VC_TASK_INDEX": "0",
+        "MA_VJ_NAME": "ma-job",
+        "MA_TASK_NAME": "worker",
+    }
     assert node_hosts(platform(env, tmp_path, volcano_dir=str(tmp_path))) == (
         "ma-job-worker-0.ma-job",
         "ma-job-worker-1.ma-job",
@@ -63,8 +77,12 @@ def test_host_names_sources(tmp_path: Path) -> None:
     (tmp_path / "worker.host").write_text("vc-a\nvc-b\n")
     assert node_hosts(platform(env, tmp_path, volcano_dir=str(tmp_path))) == ("vc-a", "vc-b")
     # VC_WORKER_HOSTS wins where it disagrees with the pattern (seen: ma-job vs modelarts-job).
-    env["VC_WORKER_HOSTS"] = "modelarts-job-worker-0.modelarts-job,modelarts-job-worker-1.modelarts-job"
-    assert node_hosts(platform(env, tmp_path, volcano_dir=str(tmp_path)))[1].startswith("modelarts-job")
+    env["VC_WORKER_HOSTS"] = (
+        "modelarts-job-worker-0.modelarts-job,modelarts-job-worker-1.modelarts-job"
+    )
+    assert node_hosts(platform(env, tmp_path, volcano_dir=str(tmp_path)))[1].startswith(
+        "modelarts-job"
+    )
 
 
 def test_task_name_with_dash_reads_underscored_sources(tmp_path: Path) -> None:

@@ -39,9 +39,15 @@ def test_mask_env() -> None:
 @pytest.mark.parametrize(
     ("argv", "masked"),
     [
-        (["train.py", "--api_key", "abc", "--lr", "1"], ["train.py", "--api_key", MASK, "--lr", "1"]),
+        (
+            ["train.py", "--api_key", "abc", "--lr", "1"],
+            ["train.py", "--api_key", MASK, "--lr", "1"],
+        ),
         (["train.py", "--password=abc"], ["train.py", "--password=" + MASK]),
-        (["mpirun", "-x", "TOKEN=abc", "-x", "PATH"], ["mpirun", "-x", "TOKEN=" + MASK, "-x", "PATH"]),
+        (
+            ["mpirun", "-x", "TOKEN=abc", "-x", "PATH"],
+            ["mpirun", "-x", "TOKEN=" + MASK, "-x", "PATH"],
+        ),
         (["train.py", "--data_url=s3://b/k"], ["train.py", "--data_url=s3://b/k"]),
         (["x", "a=b=c"], ["x", "a=b=c"]),
     ],

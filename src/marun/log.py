@@ -37,9 +37,7 @@ def get_logger(name: str = "marun") -> Any:
         if json_lines:
             processors.append(structlog.processors.JSONRenderer())
         else:
-            processors.append(
-                structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(), pad_event=0)
-            )
+            processors.append(structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()))
         structlog.configure(
             processors=processors,
             logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
