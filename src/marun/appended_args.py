@@ -2,8 +2,14 @@
 
 ModelArts appends `--init_method tcp://IP:PORT [--rank N --world_size M]` for PyTorch-GPU and
 `--task_index I --ps_hosts [..] --worker_hosts [..] --job_name J` for TensorFlow-GPU after the
-user's own arguments. They are recognised only as a trailing run of these flags, so a user's own
-`--rank` earlier on the line is left alone.
+user's own arguments (seed 004). They are recognised only as a trailing run of one engine's
+flags (`--flag value` or `--flag=value`, each once) that holds the flag the platform always
+appends for that engine:
+- PyTorch: the run starts with `--init_method` (the platform puts it first, and it is the only
+  flag on one node), so a user's own `--world_size 8` just before it stays the user's;
+- TensorFlow: the run holds `--ps_hosts` or `--worker_hosts` (what auto mode looks for).
+Anything else, such as a trailing `--rank 0` or `--job_name x` of a user's own under MPI or
+Ascend, where the platform appends nothing, stays with the script.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from dataclasses import dataclass, field
 
 PYTORCH_FLAGS = ("init_method", "rank", "world_size")
 TENSORFLOW_FLAGS = ("task_index", "ps_hosts", "worker_hosts", "job_name")
+_FAMILIES = (PYTORCH_FLAGS, TENSORFLOW_FLAGS)
 _KNOWN = frozenset(PYTORCH_FLAGS + TENSORFLOW_FLAGS)
 
 
@@ -54,16 +61,26 @@ def _parse_run(words: Sequence[str]) -> dict[str, str] | None:
     return values
 
 
+def _is_platform_run(words: Sequence[str], values: Mapping[str, str]) -> bool:
+    family = next((f for f in _FAMILIES if set(values) <= set(f)), None)
+    if family is PYTORCH_FLAGS:
+        return _flag_name(words[0]) == "init_method"
+    if family is TENSORFLOW_FLAGS:
+        return "ps_hosts" in values or "worker_hosts" in values
+    return False  # flags of both engines: not something a platform appends
+
+
 def split_appended(command: Sequence[str]) -> tuple[tuple[str, ...], AppendedArgs]:
     """Split `SCRIPT ARGS... APPENDED...` into the user's words and the platform's.
 
-    The longest trailing run that parses as known platform flags is taken (the script itself,
-    word 0, never is).
+    The longest trailing run that parses as one engine's platform flags is taken (the script
+    itself, word 0, never is).
     """
     for start in range(1, len(command)):
         if _flag_name(command[start]) is None:
             continue
-        values = _parse_run(command[start:])
-        if values is not None:
-            return tuple(command[:start]), AppendedArgs(values, tuple(command[start:]))
+        run = command[start:]
+        values = _parse_run(run)
+        if values is not None and _is_platform_run(run, values):
+            return tuple(command[:start]), AppendedArgs(values, tuple(run))
     return tuple(command), AppendedArgs()

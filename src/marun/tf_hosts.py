@@ -1,0 +1,49 @@
+"""TensorFlow host lists as the platform appends them (`--ps_hosts`, `--worker_hosts`).
+
+Seed 004 shows `[xx-ps-0.xx:PORT,xx-ps-1.xx:PORT]`; the same list also arrives without brackets
+(`a:1,b:2`), with quotes around the whole or each entry, with spaces after the commas, or as a
+JSON list (`["a:1", "b:2"]`). All of them come out as a tuple of `HOST:PORT` strings, the form
+TF_CONFIG's cluster wants.
+"""
+
+from __future__ import annotations
+
+import re
+
+from marun.errors import bad_value
+
+# A DNS name or IPv4 address, or an IPv6 address in brackets (`[::1]:5000`).
+_HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?|\[[0-9A-Fa-f:.]+\]")
+_QUOTES = "\"'"
+EXPECTED = "a list of HOST:PORT like [job-ps-0.job:5000,job-ps-1.job:5001], port 1-65535"
+
+
+def _unquote(text: str) -> str:
+    text = text.strip()
+    while len(text) >= 2 and text[0] == text[-1] and text[0] in _QUOTES:
+        text = text[1:-1].strip()
+    return text
+
+
+def split_address(address: str) -> tuple[str, int] | None:
+    """`HOST:PORT` into its parts, or None when it is not one."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not _HOST.fullmatch(host) or not port.isdigit():
+        return None
+    number = int(port)
+    return (host, number) if 1 <= number <= 65535 else None
+
+
+def parse_host_list(flag: str, raw: str) -> tuple[str, ...]:
+    """The `HOST:PORT` entries of `raw`; `flag` names the value in the error message."""
+    text = _unquote(raw)
+    # A whole-list bracket, not the bracket of a lone IPv6 entry (`[::1]:5000`).
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    entries = [_unquote(part) for part in text.split(",")]
+    if entries == [""]:
+        raise bad_value(flag, raw, f"{EXPECTED}; it is empty")
+    for entry in entries:
+        if split_address(entry) is None:
+            raise bad_value(flag, raw, f"{EXPECTED}; {entry!r} is not HOST:PORT")
+    return tuple(entries)
