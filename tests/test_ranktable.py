@@ -406,3 +406,23 @@ def test_a_bad_table_is_not_waited_on(tmp_path: Path) -> None:
     table.write_text('{"status": "completed"')
     with pytest.raises(InputError, match="not valid JSON"):
         load_rank_table(str(table), timeout=3600, interval=3600)
+
+
+def test_reserve_host_nic_ip_is_not_an_address() -> None:
+    """MindSpore's example tables write `"host_nic_ip": "reserve"`, a placeholder."""
+    text = json.dumps(
+        {
+            "version": "1.0",
+            "server_count": "1",
+            "server_list": [
+                {
+                    "server_id": "node-a",
+                    "host_nic_ip": "reserve",
+                    "device": [{"device_id": "0", "device_ip": "192.0.2.1", "rank_id": "0"}],
+                }
+            ],
+            "status": "completed",
+        }
+    )
+    table = parse_rank_table(text, "t.json")
+    assert table.servers[0].host_ip is None

@@ -302,11 +302,13 @@ def _server_list_slots(r: _Reader, data: Mapping[str, Any]) -> list[_Slot]:
         seen[server_id] = swhere
         # The address this server's processes hold: the host NIC's, else the container's (MindIE
         # and SuperPoD tables give container_ip, server_id being the physical host).
-        host_ip = (
-            r.text(server, "host_nic_ip", swhere, False)
-            or r.text(server, "container_ip", swhere, False)
-            or (server_id if _is_ip(server_id) else None)
+        # Only addresses count: MindSpore's own example tables write "host_nic_ip": "reserve".
+        candidates = (
+            r.text(server, "host_nic_ip", swhere, False),
+            r.text(server, "container_ip", swhere, False),
+            server_id,
         )
+        host_ip = next((c for c in candidates if c and _is_ip(c)), None)
         entries = r.items(server, "device", swhere)
         if not entries:
             raise r.error(f"{swhere}.device is empty: expected at least one device")
