@@ -69,9 +69,34 @@ LogDirOpt = Annotated[Optional[str], typer.Option("--log-dir", help="per-process
 TfChiefOpt = Annotated[
     Optional[bool], typer.Option("--tf-chief", help="tensorflow: worker 0 becomes the chief")
 ]
+# Supervision options: they change what `run` does, not the plan; `plan` accepts them too, so a
+# `run` command line can be turned into its dry-run by changing one word.
+ConsoleRanksOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--console-ranks",
+        help="whose output reaches marun's stdout: all (default), none, or e.g. 0,3-5,scheduler;"
+        " log files always get everything",
+    ),
+]
+GraceOpt = Annotated[
+    Optional[float],
+    typer.Option("--grace-period", help="seconds between SIGTERM and SIGKILL (default 30)"),
+]
+MaxRestartsOpt = Annotated[
+    Optional[int],
+    typer.Option("--max-restarts", help="MindSpore recovery: restarts per process (default 3)"),
+]
+RecoveryWaitOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--recovery-wait",
+        help="MindSpore recovery: seconds before a restart (default 30, the scheduler's window)",
+    ),
+]
 
 
-def _build(
+def _platform_and_plan(
     command: Optional[list[str]],
     mode: Mode,
     config: Optional[str],
@@ -86,7 +111,17 @@ def _build(
     cwd = os.getcwd()
     loaded = load_settings(cli_settings, env, cwd, config)
     platform = read_platform(command or [], env, cwd, loaded.settings)
-    return build_plan(mode.value, platform, all_nodes)
+    return platform, build_plan(mode.value, platform, all_nodes)
+
+
+def _build(
+    command: Optional[list[str]],
+    mode: Mode,
+    config: Optional[str],
+    all_nodes: bool,
+    cli_settings: "dict[str, Any]",
+) -> Any:
+    return _platform_and_plan(command, mode, config, all_nodes, cli_settings)[1]
 
 
 @app.command(context_settings=_CTX)
@@ -109,6 +144,10 @@ def plan(
     nic: NicOpt = None,
     log_dir: LogDirOpt = None,
     tf_chief: TfChiefOpt = None,
+    console_ranks: ConsoleRanksOpt = None,
+    grace_period: GraceOpt = None,
+    max_restarts: MaxRestartsOpt = None,
+    recovery_wait: RecoveryWaitOpt = None,
 ) -> None:
     """Print what `marun run` would start with these inputs (nothing is started)."""
     from marun.render import render
@@ -125,6 +164,10 @@ def plan(
             "nic": nic,
             "log_dir": log_dir,
             "tf_chief": tf_chief,
+            "console_ranks": console_ranks,
+            "grace_period": grace_period,
+            "max_restarts": max_restarts,
+            "recovery_wait": recovery_wait,
         },
     )
     chosen = fmt.value if fmt else ("table" if sys.stdout.isatty() else "json")
@@ -142,14 +185,19 @@ def run(
     nic: NicOpt = None,
     log_dir: LogDirOpt = None,
     tf_chief: TfChiefOpt = None,
+    console_ranks: ConsoleRanksOpt = None,
+    grace_period: GraceOpt = None,
+    max_restarts: MaxRestartsOpt = None,
+    recovery_wait: RecoveryWaitOpt = None,
     supervise: Annotated[
         bool, typer.Option("--supervise", help="supervise even a single process, not exec it")
     ] = False,
 ) -> None:
-    """Start this node's part of the job and exit with its status."""
+    """Start this node's part of the job, supervise it, and exit with its status."""
     from marun.execute import execute
+    from marun.modes.common import log_dir as plan_log_dir
 
-    launch_plan = _build(
+    platform, launch_plan = _platform_and_plan(
         command,
         mode,
         config,
@@ -161,9 +209,19 @@ def run(
             "nic": nic,
             "log_dir": log_dir,
             "tf_chief": tf_chief,
+            "console_ranks": console_ranks,
+            "grace_period": grace_period,
+            "max_restarts": max_restarts,
+            "recovery_wait": recovery_wait,
         },
     )
-    raise typer.Exit(execute(launch_plan, supervise=supervise))
+    code = execute(
+        launch_plan,
+        supervise=supervise,
+        settings=platform.settings,
+        record_dir=plan_log_dir(platform),
+    )
+    raise typer.Exit(code)
 
 
 @app.command()

@@ -44,6 +44,7 @@ class Settings:
     grace_period: float = 30.0
     max_restarts: int = 3
     recovery_wait: float = 30.0
+    console_ranks: tuple[str, ...] = ()  # ranks/names shown on marun's stdout; empty: all
 
 
 FIELDS: Mapping[str, Any] = {f.name: f for f in fields(Settings)}

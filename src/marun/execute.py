@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from marun.errors import MarunError
 from marun.plan import FileSpec, LaunchPlan, NodePlan, ProcessSpec
+
+if TYPE_CHECKING:
+    from marun.config import Settings
 
 
 def write_files(files: tuple[FileSpec, ...]) -> None:
@@ -27,21 +32,47 @@ def exec_process(proc: ProcessSpec) -> None:
     os.chdir(proc.cwd)
     env = dict(os.environ)
     env.update(proc.env)
+    # exec discards Python's buffers: what marun has printed so far must get out first.
+    sys.stdout.flush()
+    sys.stderr.flush()
     try:
         os.execvpe(proc.argv[0], list(proc.argv), env)
     except OSError as exc:
         raise MarunError(f"cannot start {proc.argv[0]!r}: {exc.strerror}") from None
 
 
-def execute(plan: LaunchPlan, supervise: bool = False) -> int:
+def execute(
+    plan: LaunchPlan,
+    supervise: bool = False,
+    *,
+    settings: Settings | None = None,
+    record_dir: str | None = None,
+) -> int:
+    """Run this node's plan and return marun's exit code.
+
+    A plan of exactly one non-daemon process is exec'd (marun becomes it) unless `supervise`;
+    anything else is started and watched by the supervisor (see marun.supervisor for the exit
+    code rules). `settings` default to the environment's and ./marun.yaml's (as the CLI reads
+    them); `record_dir` is where result.json goes (default: the first process's log directory).
+    """
     if len(plan.nodes) != 1:
         raise MarunError(f"expected a plan for this node only, got {len(plan.nodes)} nodes")
     node: NodePlan = plan.nodes[0]
-    write_files(node.files)
     lone = len(node.processes) == 1 and not node.processes[0].daemon
     if lone and not supervise:
+        write_files(node.files)
         exec_process(node.processes[0])
-    raise MarunError(
-        f"this node's plan has {len(node.processes)} processes; supervising several processes "
-        "is not supported yet (part 2)"
-    )
+    from marun.console import Console
+    from marun.supervisor import Supervisor, options_from_settings
+
+    if settings is None:
+        from marun.config import load_settings
+
+        settings = load_settings({}, os.environ, os.getcwd()).settings
+    options = options_from_settings(settings, record_dir)
+    if not node.processes:
+        write_files(node.files)
+        return 0
+    supervisor = Supervisor(plan, node, options, Console())
+    write_files(node.files)
+    return supervisor.run()
