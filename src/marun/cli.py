@@ -10,6 +10,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from marun.errors import MarunError
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
@@ -225,6 +227,41 @@ def run(
 
 
 @app.command()
+def doctor(
+    mode: Annotated[
+        Optional[Mode],
+        typer.Option("--mode", help="also check what this mode needs (framework, mpirun, ports)"),
+    ] = None,
+    fmt: Annotated[
+        Optional[Format],
+        typer.Option("--format", help="table (default on a terminal), json (default otherwise)"),
+    ] = None,
+    config: ConfigOpt = None,
+    nic: NicOpt = None,
+) -> None:
+    """Preflight: Python, dependencies, framework, mpirun/sshd, ssh keys, NICs, host name,
+    rank table, ports. Exit 1 when a check fails."""
+    from marun.config import load_settings
+    from marun.doctor import exit_code, render_checks, run_checks
+    from marun.modes import detect_mode
+    from marun.platform import read_platform
+
+    env = dict(os.environ)
+    cwd = os.getcwd()
+    platform = read_platform([], env, cwd, load_settings({"nic": nic}, env, cwd, config).settings)
+    chosen = mode.value if mode else None
+    if chosen == "auto":
+        try:
+            chosen = detect_mode(platform)
+        except MarunError:
+            chosen = None
+    checks = run_checks(platform, chosen)
+    out_fmt = fmt.value if fmt else ("table" if sys.stdout.isatty() else "json")
+    sys.stdout.write(render_checks(checks, "json" if out_fmt == "json" else "table"))
+    raise typer.Exit(exit_code(checks))
+
+
+@app.command()
 def version() -> None:
     """Print marun's version."""
     from marun import __version__
@@ -233,8 +270,6 @@ def version() -> None:
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    from marun.errors import MarunError
-
     try:
         app(args=argv, prog_name="marun", standalone_mode=True)
     except MarunError as exc:

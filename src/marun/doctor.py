@@ -1,0 +1,297 @@
+"""`marun doctor`: preflight inside an image or on a node.
+
+Each check reports ok, warn, fail or skip with one line of detail; `marun doctor` exits 1 when any
+check fails. Checks read metadata and files only: no framework is imported (importing torch or
+mindspore takes seconds) and nothing is started.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import stat
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from importlib import metadata, util
+from pathlib import Path
+
+from marun.errors import InputError
+from marun.platform import Platform
+
+OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
+
+# (distribution names, import name) per dependency; the first installed distribution counts.
+DEPENDENCIES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("typer", "typer-slim"), "typer"),
+    (("netifaces-plus", "netifaces"), "netifaces"),
+    (("PyYAML",), "yaml"),
+    (("tenacity",), "tenacity"),
+    (("structlog",), "structlog"),
+)
+# What each mode needs to find importable; any one of the alternatives will do.
+FRAMEWORKS: dict[str, tuple[tuple[tuple[str, ...], str], ...]] = {
+    "ascend": ((("mindspore",), "mindspore"), (("torch_npu", "torch-npu"), "torch_npu")),
+    "mindspore": ((("mindspore",), "mindspore"),),
+    "pytorch": ((("torch",), "torch"),),
+    "tensorflow": ((("tensorflow", "tensorflow-cpu", "tensorflow-gpu"), "tensorflow"),),
+    "mpi": ((("mpi4py",), "mpi4py"), (("horovod",), "horovod")),
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str
+    detail: str
+
+
+def _version(dists: Iterable[str]) -> str | None:
+    for dist in dists:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def check_python() -> Check:
+    ver = ".".join(str(v) for v in sys.version_info[:3])
+    status = OK if sys.version_info >= (3, 9) else FAIL
+    return Check("python", status, f"{ver} at {sys.executable} (marun needs >= 3.9)")
+
+
+def check_dependencies() -> list[Check]:
+    from marun import __version__
+
+    checks = [Check("marun", OK, __version__)]
+    for dists, module in DEPENDENCIES:
+        version = _version(dists)
+        if version is None or util.find_spec(module) is None:
+            checks.append(Check(dists[0], FAIL, f"not importable as {module!r}: pip install marun"))
+        else:
+            checks.append(Check(dists[0], OK, version))
+    return checks
+
+
+def check_framework(mode: str | None) -> list[Check]:
+    wanted = FRAMEWORKS.get(mode or "", ())
+    if not wanted:
+        found = []
+        for alternatives in FRAMEWORKS.values():
+            for dists, module in alternatives:
+                version = _version(dists)
+                if version is not None and util.find_spec(module) is not None:
+                    found.append(f"{module} {version}")
+        detail = ", ".join(sorted(set(found))) or "none found"
+        return [
+            Check("frameworks", OK if found else SKIP, detail + " (give --mode to require one)")
+        ]
+    present = []
+    for dists, module in wanted:
+        version = _version(dists)
+        if version is not None and util.find_spec(module) is not None:
+            present.append(f"{module} {version}")
+    if present:
+        return [Check(f"framework ({mode})", OK, ", ".join(present))]
+    names = " or ".join(module for _, module in wanted)
+    return [Check(f"framework ({mode})", FAIL, f"{names} not importable by {sys.executable}")]
+
+
+def _first_line(argv: Sequence[str]) -> str | None:
+    try:
+        out = subprocess.run(
+            argv, capture_output=True, text=True, timeout=10, check=False, stdin=subprocess.DEVNULL
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in (out.stdout + "\n" + out.stderr).splitlines():
+        if line.strip():
+            return line.strip()
+    return None
+
+
+def check_mpi_tools(platform: Platform, required: bool) -> list[Check]:
+    import shutil
+
+    from marun.modes.mpi import find_sshd
+
+    missing = FAIL if required else SKIP
+    checks = []
+    mpirun = shutil.which("mpirun", path=platform.env.get("PATH"))
+    if mpirun:
+        line = _first_line([mpirun, "--version"]) or "version unknown"
+        checks.append(Check("mpirun", OK, f"{line} ({mpirun})"))
+    else:
+        checks.append(Check("mpirun", missing, "not on PATH: apt-get install openmpi-bin"))
+    sshd = find_sshd(platform.env.get("PATH"))
+    if sshd:
+        # sshd has no --version; -V (OpenSSH >= 9.3) or the usage text names the version.
+        line = _first_line([sshd, "-V"]) or "version unknown"
+        checks.append(Check("sshd", OK, f"{line} ({sshd})"))
+    else:
+        checks.append(Check("sshd", missing, "not found: apt-get install openssh-server"))
+    return checks
+
+
+def _mode_problem(path: Path, uid: int, private: bool) -> str | None:
+    st = path.stat()
+    if st.st_uid not in (uid, 0):
+        return f"{path} is owned by uid {st.st_uid}, expected {uid} or root"
+    if private and st.st_mode & 0o077:
+        return (
+            f"{path} has mode {stat.S_IMODE(st.st_mode):04o}: ssh refuses a private key readable "
+            "by others (expected 0600)"
+        )
+    if st.st_mode & 0o022:
+        return f"{path} has mode {stat.S_IMODE(st.st_mode):04o}: writable by group or others"
+    return None
+
+
+def check_ssh_keys(platform: Platform, required: bool) -> list[Check]:
+    """The classic "bad ownership or modes" failures (kubeflow/mpi-operator #424, Volcano
+    #1606) before sshd or ssh trip over them mid-job."""
+    ssh_dir = Path(platform.settings.ssh_dir or Path.home() / ".ssh")
+    if not ssh_dir.is_dir():
+        status = WARN if required else SKIP
+        detail = (
+            f"{ssh_dir} does not exist: a single-node job generates a key; several nodes need "
+            "the platform's"
+        )
+        return [Check("ssh keys", status, detail)]
+    checks = []
+    problem = _mode_problem(ssh_dir, platform.uid, private=False)
+    checks.append(
+        Check(f"ssh dir {ssh_dir}", FAIL if problem else OK, problem or "owner and mode ok")
+    )
+    for name, private in (("id_rsa", True), ("authorized_keys", False)):
+        path = ssh_dir / name
+        if not path.exists():
+            status = WARN if required and platform.num_hosts() > 1 else SKIP
+            checks.append(Check(f"ssh {name}", status, f"{path} missing"))
+            continue
+        problem = _mode_problem(path, platform.uid, private)
+        checks.append(Check(f"ssh {name}", FAIL if problem else OK, problem or "owner and mode ok"))
+    return checks
+
+
+def check_network(platform: Platform) -> list[Check]:
+    from marun.nic import _ipv4_by_interface, choose_nic
+
+    table = _ipv4_by_interface()
+    listing = ", ".join(f"{name} {' '.join(addrs)}" for name, addrs in sorted(table.items()))
+    checks = [
+        Check("interfaces", OK if table else FAIL, listing or "no interface has an IPv4 address")
+    ]
+    try:
+        nic = choose_nic(platform.settings.nic, [platform.env.get("MA_CURRENT_IP", "")])
+    except InputError as exc:
+        checks.append(Check("nic", FAIL, str(exc)))
+    else:
+        checks.append(
+            Check("nic", OK, f"{nic.name} {nic.address} (set nic/MARUN_NIC to choose another)")
+        )
+    return checks
+
+
+def check_hostname(platform: Platform) -> Check:
+    name = platform.hostname
+    if name in ("", "localhost"):
+        return Check("host name", FAIL, f"{name!r}: every node needs its own host name")
+    try:
+        hosts = platform.num_hosts()
+        if hosts > 1:
+            from marun.hosts import node_hosts
+
+            expected = node_hosts(platform)[platform.node_index()].split(".")[0]
+            if expected != name.split(".")[0]:
+                return Check(
+                    "host name",
+                    WARN,
+                    f"{name!r}, but the platform names this node {expected!r}: nodes that share a "
+                    "host name break MindSpore's device numbering and Open MPI's shared memory",
+                )
+    except InputError as exc:
+        return Check("host name", WARN, f"{name!r}; node variables unusable: {exc}")
+    return Check("host name", OK, name)
+
+
+def check_rank_table(platform: Platform) -> Check:
+    path = platform.env.get("RANK_TABLE_FILE")
+    if not path:
+        return Check("rank table", SKIP, "RANK_TABLE_FILE not set")
+    from marun.ranktable import RankTableNotReady, parse_rank_table
+
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        return Check("rank table", FAIL, f"{path}: cannot read it ({exc.strerror})")
+    try:
+        table = parse_rank_table(text, path)
+    except RankTableNotReady as exc:
+        return Check("rank table", WARN, str(exc))
+    except InputError as exc:
+        return Check("rank table", FAIL, str(exc))
+    return Check(
+        "rank table",
+        OK,
+        f"{path}: {table.format}, {len(table.servers)} server(s), {table.rank_size} rank(s)",
+    )
+
+
+def _ports(platform: Platform, mode: str | None) -> list[tuple[str, int]]:
+    s = platform.settings
+    ports: list[tuple[str, int]] = []
+    if mode == "mpi":
+        ports.append(("sshd_port", s.sshd_port))
+    if mode == "mindspore":
+        port = platform.env.get("MS_SCHED_PORT", str(s.ms_sched_port))
+        if port.isdigit():
+            ports.append(("MS_SCHED_PORT", int(port)))
+    return ports
+
+
+def check_ports(platform: Platform, mode: str | None) -> list[Check]:
+    checks = []
+    for name, port in _ports(platform, mode):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError as exc:
+            checks.append(
+                Check(f"port {port}", FAIL, f"{name}={port} cannot be bound: {exc.strerror}")
+            )
+        else:
+            checks.append(Check(f"port {port}", OK, f"{name}={port} is free"))
+        finally:
+            sock.close()
+    return checks
+
+
+def run_checks(platform: Platform, mode: str | None) -> list[Check]:
+    checks = [check_python(), *check_dependencies(), *check_framework(mode)]
+    checks += check_mpi_tools(platform, required=mode == "mpi")
+    checks += check_ssh_keys(platform, required=mode == "mpi")
+    checks += check_network(platform)
+    checks.append(check_hostname(platform))
+    checks.append(check_rank_table(platform))
+    checks += check_ports(platform, mode)
+    return checks
+
+
+def render_checks(checks: Sequence[Check], fmt: str) -> str:
+    failed = any(c.status == FAIL for c in checks)
+    if fmt == "json":
+        return (
+            json.dumps({"ok": not failed, "checks": [asdict(c) for c in checks]}, indent=2) + "\n"
+        )
+    width = max(len(c.name) for c in checks)
+    lines = [f"{c.status.upper():<4}  {c.name:<{width}}  {c.detail}" for c in checks]
+    lines.append("")
+    lines.append("doctor: " + ("FAILED" if failed else "all checks passed"))
+    return "\n".join(lines) + "\n"
+
+
+def exit_code(checks: Sequence[Check]) -> int:
+    return 1 if any(c.status == FAIL for c in checks) else 0
