@@ -226,6 +226,67 @@ def run(
     raise typer.Exit(code)
 
 
+class SimMode(str, Enum):
+    ascend = "ascend"
+    mindspore = "mindspore"
+    pytorch = "pytorch"
+    tensorflow = "tensorflow"
+
+
+@app.command(context_settings=_CTX)
+def simulate(
+    command: CommandArg = None,
+    mode: Annotated[SimMode, typer.Option("--mode", help="the platform engine to simulate")] = (
+        SimMode.pytorch
+    ),
+    nodes: Annotated[int, typer.Option("--nodes", help="nodes (containers) in the job")] = 2,
+    devices: Annotated[int, typer.Option("--devices", help="devices per node")] = 2,
+    config: ConfigOpt = None,
+    log_dir: LogDirOpt = None,
+    tf_chief: TfChiefOpt = None,
+    console_ranks: ConsoleRanksOpt = None,
+    grace_period: GraceOpt = None,
+    show_plan: Annotated[
+        bool, typer.Option("--show-plan/--no-show-plan", help="print the job's plan first")
+    ] = True,
+) -> None:
+    """Run a whole job on this machine: per node exactly what the platform injects, one
+    `marun run` each on 127.0.0.1; exit with the job's status."""
+    from dataclasses import replace
+
+    from marun.config import load_settings
+    from marun.console import Console
+    from marun.modes import build_plan
+    from marun.platform import read_platform
+    from marun.render import render_table
+    from marun.simulate import inner_platform, simulation_plan, write_inputs
+    from marun.supervisor import Supervisor, options_from_settings
+
+    env = dict(os.environ)
+    cwd = os.getcwd()
+    cli_settings = {
+        "log_dir": log_dir,
+        "tf_chief": tf_chief,
+        "console_ranks": console_ranks,
+        "grace_period": grace_period,
+    }
+    settings = load_settings(cli_settings, env, cwd, config).settings
+    platform = read_platform(command or [], env, cwd, settings)
+    inner_options = ["--tf-chief"] if settings.tf_chief else []
+    if settings.console_ranks:
+        inner_options += ["--console-ranks", ",".join(settings.console_ranks)]
+    if grace_period is not None:
+        inner_options += ["--grace-period", str(grace_period)]
+    outer, boxes, sim_dir = simulation_plan(platform, mode.value, nodes, devices, inner_options)
+    write_inputs(mode.value, nodes, devices, sim_dir)
+    if show_plan:
+        job = build_plan(mode.value, inner_platform(platform, boxes[0]), all_nodes=True)
+        sys.stdout.write(render_table(job) + "\n")
+        sys.stdout.flush()
+    options = replace(options_from_settings(settings, sim_dir), prefix_output=False)
+    raise typer.Exit(Supervisor(outer, outer.nodes[0], options, Console()).run())
+
+
 @app.command()
 def doctor(
     mode: Annotated[

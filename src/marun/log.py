@@ -1,5 +1,6 @@
 """marun's own log: structlog to stderr, readable on a terminal, JSON lines with
-MARUN_LOG_FORMAT=json. Values of secret-named keys are masked before any renderer sees them."""
+MARUN_LOG_FORMAT=json, events below MARUN_LOG_LEVEL (debug, info (default), warning, error)
+dropped. Values of secret-named keys are masked before any renderer sees them."""
 
 from __future__ import annotations
 
@@ -38,8 +39,14 @@ def get_logger(name: str = "marun") -> Any:
             processors.append(structlog.processors.JSONRenderer())
         else:
             processors.append(structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()))
+        import logging
+
+        level = logging.getLevelName(os.environ.get("MARUN_LOG_LEVEL", "info").upper())
         structlog.configure(
             processors=processors,
+            wrapper_class=structlog.make_filtering_bound_logger(
+                level if isinstance(level, int) else logging.INFO
+            ),
             logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
             cache_logger_on_first_use=True,
         )

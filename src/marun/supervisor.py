@@ -62,6 +62,8 @@ class SupervisorOptions:
     recovery_wait: float = 30.0
     console: ConsoleSelection = field(default_factory=ConsoleSelection)
     record_dir: str | None = None  # where result.json goes; default: the first log's directory
+    # Off for `marun simulate`, whose processes are whole `marun run`s that prefix their own lines.
+    prefix_output: bool = True
 
 
 def options_from_settings(settings: Any, record_dir: str | None = None) -> SupervisorOptions:
@@ -204,7 +206,9 @@ class Supervisor:
             os.close(write_fd)
         os.set_blocking(read_fd, False)
         shown = self._options.console.shows(spec.name, spec.role, spec.rank)
-        prefix = f"[{self._node.index}:{rec.label}] ".encode()
+        prefix = (
+            f"[{self._node.index}:{rec.label}] ".encode() if self._options.prefix_output else b""
+        )
         stream = OutputStream(
             self._log_fds[index], self._console if shown else None, prefix, rec.tail
         )

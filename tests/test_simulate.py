@@ -1,0 +1,113 @@
+"""`marun simulate`: a whole job on this machine, each node a real `marun run` fed exactly what
+the platform injects; output per rank, the job's exit status."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import run_marun
+
+SCRIPT = """\
+import json, os, sys
+keys = ("RANK", "WORLD_SIZE", "MS_ROLE", "RANK_ID", "DEVICE_ID", "TF_CONFIG", "MS_WORKER_NUM")
+print("ENV " + json.dumps({k: os.environ[k] for k in keys if k in os.environ}), flush=True)
+if os.environ.get("FAIL_RANK") and os.environ.get("RANK") == os.environ["FAIL_RANK"]:
+    sys.exit(7)
+if os.environ.get("FAIL_RANK"):
+    import time
+    time.sleep(60)
+"""
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Path:
+    (tmp_path / "job.py").write_text(SCRIPT)
+    return tmp_path
+
+
+def envs(stdout: str) -> list[tuple[str, dict[str, str]]]:
+    out = []
+    for line in stdout.splitlines():
+        m = re.match(r"^\[(\d+:\w+)\] ENV (.*)$", line)
+        if m:
+            out.append((m.group(1), json.loads(m.group(2))))
+    return sorted(out)
+
+
+def test_pytorch_two_nodes_two_devices(job: Path) -> None:
+    res = run_marun(["simulate", "--mode", "pytorch", "--", "job.py"], cwd=job)
+    assert res.returncode == 0, res.stderr
+    seen = envs(res.stdout)
+    assert [label for label, _ in seen] == ["0:0", "0:1", "1:2", "1:3"]
+    assert {e["WORLD_SIZE"] for _, e in seen} == {"4"}
+    assert "mode: pytorch   nodes: 2   processes: 4" in res.stdout  # the plan table comes first
+
+
+def test_mindspore_scheduler_and_workers(job: Path) -> None:
+    res = run_marun(
+        ["simulate", "--mode", "mindspore", "--devices", "1", "--no-show-plan", "--", "job.py"],
+        cwd=job,
+    )
+    assert res.returncode == 0, res.stderr
+    roles = sorted(e["MS_ROLE"] for _, e in envs(res.stdout))
+    assert roles == ["MS_SCHED", "MS_WORKER", "MS_WORKER"]
+    assert {e["MS_WORKER_NUM"] for _, e in envs(res.stdout)} == {"2"}
+
+
+def test_tensorflow_ps_and_workers(job: Path) -> None:
+    res = run_marun(["simulate", "--mode", "tensorflow", "--no-show-plan", "--", "job.py"], cwd=job)
+    assert res.returncode == 0, res.stderr
+    tasks = sorted(
+        (json.loads(e["TF_CONFIG"])["task"]["type"], json.loads(e["TF_CONFIG"])["task"]["index"])
+        for _, e in envs(res.stdout)
+    )
+    assert tasks == [("ps", 0), ("ps", 1), ("worker", 0), ("worker", 1)]
+
+
+def test_ascend_gets_a_rank_table_and_device_dirs(job: Path) -> None:
+    res = run_marun(
+        ["simulate", "--mode", "ascend", "--nodes", "2", "--devices", "2", "--", "job.py"], cwd=job
+    )
+    assert res.returncode == 0, res.stderr
+    seen = envs(res.stdout)
+    assert sorted(e["RANK_ID"] for _, e in seen) == ["0", "1", "2", "3"]
+    sim = job / "marun_logs" / "simulate"
+    table = json.loads((sim / "rank_table.json").read_text())
+    assert table["status"] == "completed" and table["server_count"] == "2"
+    # Each simulated node has its own working directory, so device<id>/ dirs never collide.
+    assert (sim / "node0" / "device1").is_dir() and (sim / "node1" / "device1").is_dir()
+
+
+def test_a_failing_rank_fails_the_job_with_its_code(job: Path) -> None:
+    res = run_marun(
+        ["simulate", "--mode", "pytorch", "--grace-period", "5", "--no-show-plan", "--", "job.py"],
+        env={"FAIL_RANK": "3"},
+        cwd=job,
+        timeout=60,
+    )
+    assert res.returncode == 7
+    assert "process  : rank3 (role worker, rank 3)" in res.stdout + res.stderr
+    result = json.loads((job / "marun_logs" / "simulate" / "result.json").read_text())
+    assert result["exit_code"] == 7
+    assert result["first_failure"]["name"] == "node1"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--nodes", "0", "--", "job.py"], "--nodes=0: expected an integer >= 1"),
+        (["--devices", "0", "--", "job.py"], "--devices=0"),
+        (["--", "missing.py"], "SCRIPT='missing.py'"),
+        ([], "no script given"),
+    ],
+)
+def test_bad_input(job: Path, args: list[str], message: str) -> None:
+    res = run_marun(["simulate", "--mode", "pytorch", *args], cwd=job)
+    assert res.returncode == 2
+    assert message in res.stderr
+    assert "Traceback" not in res.stderr
+    assert not (job / "marun_logs").exists()
