@@ -1,0 +1,28 @@
+"""MPI start file: one mpi4py allreduce across every rank of the job.
+
+mpirun starts it on every host; each rank prints its host name and the sum of all ranks' values,
+which must equal size * (size + 1) / 2 on every rank.
+
+    marun run --mode mpi -- examples/mpi_allreduce.py
+"""
+
+from __future__ import annotations
+
+import socket
+
+
+def main() -> None:
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    total = comm.allreduce(rank + 1, op=MPI.SUM)
+    print(
+        f"rank {rank}/{size} on {socket.gethostname()}: allreduce sum {total} "
+        f"(expected {size * (size + 1) // 2})",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()
