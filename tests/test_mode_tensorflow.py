@@ -109,7 +109,8 @@ def test_tf_config(script: Path, words: list[str], chief: bool, name: str, tf_co
     assert proc["name"] == name
     assert proc["role"] == task_type
     assert proc["rank"] is None
-    assert proc["daemon"] == (task_type == "ps")  # a parameter server never exits by itself
+    # A parameter server never exits by itself; nor does a worker that a chief coordinates.
+    assert proc["daemon"] == (task_type == "ps" or (task_type == "worker" and chief))
     assert proc["log"] == f"{script.parent}/marun_logs/{task_type}_{name[len(task_type) :]}.log"
     assert proc["argv"][1:] == [str(script)]
     assert proc["cwd"] == str(script.parent)

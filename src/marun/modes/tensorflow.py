@@ -15,7 +15,9 @@ Decisions:
 - `--job_name evaluator`: the task says evaluator but the cluster never lists one: an evaluator
   in the cluster makes parameter-server jobs hang (tensorflow #30121).
 - A parameter server never exits by itself: it is planned as a daemon, stopped once the workers
-  are done.
+  are done. With `--tf-chief` (ParameterServerStrategy: the chief coordinates, the workers only
+  serve) the workers never exit by themselves either, so they are daemons too: a container of
+  daemons is supervised, not exec'd, and ends with status 0 when the platform stops it.
 """
 
 from __future__ import annotations
@@ -144,7 +146,7 @@ def _process(
         log=f"{log_dir(platform)}/{task_type}_{index}.log",
         role=task_type,
         rank=None,
-        daemon=task_type == "ps",
+        daemon=task_type == "ps" or (task_type == "worker" and platform.settings.tf_chief),
     )
 
 
