@@ -86,7 +86,9 @@ def rank_table(nodes: int, devices: int) -> dict[str, object]:
     }
 
 
-def containers(mode: str, nodes: int, devices: int, cwd: str, sim_dir: str) -> list[Container]:
+def containers(
+    mode: str, nodes: int, devices: int, cwd: str, sim_dir: str, tf_chief: bool = False
+) -> list[Container]:
     def node_dir(i: int) -> str:
         return os.path.join(sim_dir, f"node{i}")
 
@@ -129,8 +131,10 @@ def containers(mode: str, nodes: int, devices: int, cwd: str, sim_dir: str) -> l
                     "--job_name", job,
                 )  # fmt: skip
                 env = _node_env(nodes, devices, i, job)
+                # Servers never end by themselves: ps, and under a chief every other worker.
+                serves = job == "ps" or (tf_chief and i > 0)
                 out.append(
-                    Container(f"{job}{i}", env, appended, cwd, node_dir(i) + f"-{job}", job == "ps")
+                    Container(f"{job}{i}", env, appended, cwd, node_dir(i) + f"-{job}", serves)
                 )
         return out
     if mode == "ascend":
@@ -172,7 +176,7 @@ def simulation_plan(
     # The script must exist before anything starts; inner runs resolve it again, identically.
     resolve_command(platform.command, platform.cwd, platform.python)
     sim_dir = os.path.join(log_dir(platform), "simulate")
-    boxes = containers(mode, nodes, devices, platform.cwd, sim_dir)
+    boxes = containers(mode, nodes, devices, platform.cwd, sim_dir, platform.settings.tf_chief)
     processes = []
     for box in boxes:
         argv = (
