@@ -116,14 +116,24 @@ def _platform_and_plan(
     return platform, build_plan(mode.value, platform, all_nodes)
 
 
-def _build(
-    command: Optional[list[str]],
-    mode: Mode,
-    config: Optional[str],
-    all_nodes: bool,
-    cli_settings: "dict[str, Any]",
-) -> Any:
-    return _platform_and_plan(command, mode, config, all_nodes, cli_settings)[1]
+# The options of `plan` and `run` that are settings (config.Settings fields of the same name).
+SETTING_OPTIONS = (
+    "nproc_per_node",
+    "per_node",
+    "keep_platform_args",
+    "nic",
+    "log_dir",
+    "tf_chief",
+    "console_ranks",
+    "grace_period",
+    "max_restarts",
+    "recovery_wait",
+)
+
+
+def _setting_options(params: "dict[str, Any]") -> "dict[str, Any]":
+    """A command's settings options by name, from its parameters (None: not given)."""
+    return {name: params[name] for name in SETTING_OPTIONS if name in params}
 
 
 @app.command(context_settings=_CTX)
@@ -154,23 +164,12 @@ def plan(
     """Print what `marun run` would start with these inputs (nothing is started)."""
     from marun.render import render
 
-    launch_plan = _build(
+    _, launch_plan = _platform_and_plan(
         command,
         mode,
         config,
         all_nodes,
-        {
-            "nproc_per_node": nproc_per_node,
-            "per_node": per_node,
-            "keep_platform_args": keep_platform_args,
-            "nic": nic,
-            "log_dir": log_dir,
-            "tf_chief": tf_chief,
-            "console_ranks": console_ranks,
-            "grace_period": grace_period,
-            "max_restarts": max_restarts,
-            "recovery_wait": recovery_wait,
-        },
+        _setting_options(locals()),
     )
     chosen = fmt.value if fmt else ("table" if sys.stdout.isatty() else "json")
     sys.stdout.write(render(launch_plan, chosen))
@@ -204,18 +203,7 @@ def run(
         mode,
         config,
         False,
-        {
-            "nproc_per_node": nproc_per_node,
-            "per_node": per_node,
-            "keep_platform_args": keep_platform_args,
-            "nic": nic,
-            "log_dir": log_dir,
-            "tf_chief": tf_chief,
-            "console_ranks": console_ranks,
-            "grace_period": grace_period,
-            "max_restarts": max_restarts,
-            "recovery_wait": recovery_wait,
-        },
+        _setting_options(locals()),
     )
     code = execute(
         launch_plan,
