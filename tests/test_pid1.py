@@ -123,3 +123,32 @@ def test_sigterm_to_marun_as_pid_1_stops_everything_and_leaves_nothing(tmp_path:
         assert procs[name]["stopped_by"] == "SIGTERM"
     # The orphan, still in rank 0's process group, was stopped with it and reaped by marun.
     assert rec["orphans_reaped"] == 1
+
+
+def test_a_lone_process_is_supervised_not_execd_when_marun_is_pid_1(tmp_path: Path) -> None:
+    """Exec'd as PID 1, a script without a SIGTERM handler would ignore `docker stop` (PID 1
+    has no default signal actions) until SIGKILL. marun stays PID 1 and relays instead."""
+    reason = _unshare_works()
+    if reason:
+        pytest.skip(reason)
+    script = tmp_path / "job.py"
+    script.write_text("import os, time\nprint('pid', os.getpid(), flush=True)\ntime.sleep(120)\n")
+    args = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "marun", "run",
+            "--mode", "pytorch", "--", str(script), *INIT]  # fmt: skip
+    with open(tmp_path / "out", "w") as out:
+        outer = subprocess.Popen(
+            args, env=clean_env({"MARUN_GRACE_PERIOD": "20"}), cwd=str(tmp_path), stdout=out
+        )
+    try:
+        marun = wait_until(lambda: _children(outer.pid), "marun inside the namespace")[0]
+        child = wait_until(lambda: _children(marun), "the lone rank under marun")[0]
+        assert "python" in Path(f"/proc/{child}/cmdline").read_text()
+        wait_until(lambda: "pid" in (tmp_path / "out").read_text(), "the rank's first line")
+        os.kill(marun, signal.SIGTERM)
+        assert outer.wait(timeout=15) == 128 + signal.SIGTERM
+    finally:
+        outer.kill()
+        outer.wait()
+    assert not alive(child)
+    assert "[0:0] pid 2" in (tmp_path / "out").read_text()  # prefixed: supervised, as PID 2
+    assert result(tmp_path)["processes"][0]["stopped_by"] == "SIGTERM"

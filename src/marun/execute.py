@@ -58,7 +58,10 @@ def execute(
     if len(plan.nodes) != 1:
         raise MarunError(f"expected a plan for this node only, got {len(plan.nodes)} nodes")
     node: NodePlan = plan.nodes[0]
-    lone = len(node.processes) == 1 and not node.processes[0].daemon
+    # As PID 1 (a container's ENTRYPOINT) marun never execs: the kernel gives PID 1 no default
+    # signal actions, so a script without its own SIGTERM handler would ignore `docker stop`
+    # until the SIGKILL, and nobody would reap orphans. marun stays, relays and reaps (tini's job).
+    lone = len(node.processes) == 1 and not node.processes[0].daemon and os.getpid() != 1
     if lone and not supervise:
         write_files(node.files)
         exec_process(node.processes[0])
