@@ -1,4 +1,5 @@
-"""MPI mode's plan, through the real CLI: sshd on every node, hostfile and mpirun on node 0.
+"""MPI mode's plan, through the real CLI: sshd (through marun.sshd_bootstrap) on every node, the
+hostfile and mpi-launcher (with mpirun's argv) on node 0, mpi-follower on the others.
 
 The environment is the platform's own (MA_VJ_NAME, MA_TASK_NAME=worker, VC_TASK_INDEX,
 MA_NUM_HOSTS, MA_NUM_GPUS, VC_WORKER_HOSTS or a Volcano .host file). Nothing here is mocked
@@ -32,11 +33,20 @@ SECRET_VALUES = ("tok-VALUE-1", "sk VALUE 2", "hunter2")
 
 @pytest.fixture
 def job(tmp_path: Path) -> Path:
-    """A working directory with the user's script, and empty run/ssh/volcano directories."""
+    """A working directory with the user's script, empty run/volcano directories, and an ssh
+    directory as Volcano's ssh plugin mounts it (the plan only looks at the files and modes; the
+    tests that start sshd put real keys there)."""
     (tmp_path / "train.py").write_text("print('hi')\n")
     for sub in ("ssh", "volcano", "lib"):
         (tmp_path / sub).mkdir()
+    mount_ssh_secret(tmp_path / "ssh")
     return tmp_path
+
+
+def mount_ssh_secret(ssh: Path, *, mode: int = 0o600, files: tuple[str, ...] = ()) -> None:
+    for name in files or ("id_rsa", "id_rsa.pub", "authorized_keys", "config"):
+        (ssh / name).write_text(f"{name} as the platform mounted it\n")
+        (ssh / name).chmod(mode)
 
 
 def platform_env(job: Path, hosts: int, gpus: int, index: int = 0, **extra: str) -> dict[str, str]:
@@ -74,6 +84,22 @@ def files_of(node: Mapping[str, Any]) -> dict[str, str]:
 
 def procs_of(node: Mapping[str, Any]) -> dict[str, Any]:
     return {p["name"]: p for p in node["processes"]}
+
+
+def launcher_argv(job: Path, hosts: int, mpirun: list[str]) -> list[str]:
+    run = job / "run" / JOB
+    return [
+        *(sys.executable, "-m", "marun.mpi_launcher", "--hostfile", f"{run}/hostfile"),
+        *("--port", "36666"),
+        *(("--watch-port", "36667") if hosts > 1 else ()),
+        *("--formation-timeout", "600", "--"),
+        *mpirun,
+    ]
+
+
+def mpirun_of(launcher: list[str]) -> list[str]:
+    """The mpirun argv the launcher runs: everything after its `--`."""
+    return launcher[launcher.index("--") + 1 :]
 
 
 def expected_mpirun(
@@ -129,7 +155,6 @@ def test_all_nodes_plan(
         extra["VC_WORKER_HOSTS"] = ",".join(_VC)
     elif source == "volcano-file":
         (job / "volcano" / "worker.host").write_text("".join(n + "\n" for n in names or []))
-    (job / "ssh" / "id_rsa").write_text("a key the platform mounted\n")
     data = plan_json(job, platform_env(job, hosts, gpus, **extra), "--epochs", "3")
 
     expected_hosts = names or [socket.gethostname()]
@@ -142,39 +167,50 @@ def test_all_nodes_plan(
     assert files_of(node0)["hostfile"] == "".join(f"{h} slots={slots}\n" for h in expected_hosts)
     assert [f["path"] for f in node0["files"]] == [f"{run}/sshd_config", f"{run}/hostfile"]
     procs = procs_of(node0)
-    assert list(procs) == ["sshd", "mpirun"]
+    assert list(procs) == ["sshd", "mpi-launcher"]
     forwarded = ["PATH", "LD_LIBRARY_PATH", "PYTHONPATH"]
     forwarded += ["MA_NUM_GPUS", "MA_NUM_HOSTS", "MA_TASK_NAME", "MA_VJ_NAME"]
     forwarded += ["VC_WORKER_HOSTS"] if source == "VC_WORKER_HOSTS" else []
-    assert procs["mpirun"]["argv"] == expected_mpirun(
+    mpirun = expected_mpirun(
         job, hosts * slots, str(job / "ssh" / "id_rsa"), forwarded, tail=("--epochs", "3")
     )
-    assert procs["mpirun"]["role"] == "mpirun"
-    assert procs["mpirun"]["rank"] is None
-    assert procs["mpirun"]["daemon"] is False
-    assert procs["mpirun"]["env"] == {}
-    assert procs["mpirun"]["log"] == str(job / "marun_logs" / "mpirun.log")
+    launcher = procs["mpi-launcher"]
+    assert launcher["argv"] == launcher_argv(job, hosts, mpirun)
+    assert (launcher["role"], launcher["rank"], launcher["daemon"]) == ("mpirun", None, False)
+    assert launcher["env"] == {}
+    assert launcher["log"] == str(job / "marun_logs" / "mpirun.log")
+    assert launcher["cwd"] == str(job)
 
     for node in data["nodes"]:
         sshd = procs_of(node)["sshd"]
-        assert sshd["argv"][1:] == ["-D", "-e", "-f", f"{run}/sshd_config"]
-        assert os.path.basename(sshd["argv"][0]) == "sshd"
+        bootstrap = [sys.executable, "-m", "marun.sshd_bootstrap", "--run-dir", str(run), "--"]
+        assert sshd["argv"][:-5] == bootstrap  # the mounted authorized_keys needs no option
+        assert sshd["argv"][-4:] == ["-D", "-e", "-f", f"{run}/sshd_config"]
+        assert os.path.basename(sshd["argv"][-5]) == "sshd"
         assert (sshd["role"], sshd["daemon"], sshd["rank"]) == ("sshd", True, None)
         assert sshd["log"] == f"{run}/sshd.log"
         assert files_of(node)["sshd_config"] == files_of(node0)["sshd_config"]
     for node in data["nodes"][1:]:
-        assert list(procs_of(node)) == ["sshd"]
+        assert list(procs_of(node)) == ["sshd", "mpi-follower"]
         assert [f["path"] for f in node["files"]] == [f"{run}/sshd_config"]
+        follower = procs_of(node)["mpi-follower"]
+        assert follower["argv"] == [
+            *(sys.executable, "-m", "marun.mpi_follower", "wait", "--run-dir", str(run)),
+            *("--leader", expected_hosts[0], "--watch-port", "36667"),
+            *("--formation-timeout", "600", "--peer-timeout", "60"),
+        ]
+        assert (follower["role"], follower["daemon"]) == ("follower", False)
+        assert follower["log"] == str(job / "marun_logs" / "mpi-follower.log")
 
     notes = " ".join(data["notes"])
-    assert "resolves every name to its IPv4 address" in notes
-    assert ("run only sshd until node 0's mpirun ends" in notes) == (hosts > 2)
-    assert ("node 1 runs only sshd" in notes) == (hosts == 2)
+    assert ("mpi-launcher first forms the cluster" in notes) == (hosts > 1)
+    assert ("nodes 1-" in notes) == (hosts > 2)
+    assert ("node 1 runs sshd and mpi-follower" in notes) == (hosts == 2)
     assert "no client key" not in notes
 
 
 def test_this_node_only_on_a_worker(job: Path) -> None:
-    """Without --all-nodes, node 2 of 3 plans its sshd only: no hostfile, no mpirun."""
+    """Without --all-nodes, node 2 of 3 plans its sshd and follower: no hostfile, no mpirun."""
     res = run_marun(
         ["plan", "--mode", "mpi", "--format", "json", "--", "train.py"],
         env=platform_env(job, 3, 8, index=2),
@@ -184,27 +220,82 @@ def test_this_node_only_on_a_worker(job: Path) -> None:
     data = json.loads(res.stdout)
     (node,) = data["nodes"]
     assert (node["index"], node["host"]) == (2, f"{JOB}-worker-2.{JOB}")
-    assert list(procs_of(node)) == ["sshd"]
+    assert list(procs_of(node)) == ["sshd", "mpi-follower"]
     assert list(files_of(node)) == ["sshd_config"]
-    assert any("nodes 1-2 run only sshd until node 0's mpirun ends" in n for n in data["notes"])
+    assert any("nodes 1-2 run sshd and mpi-follower" in n for n in data["notes"])
 
 
-def test_without_a_mounted_key_the_plan_names_the_per_job_key(job: Path) -> None:
-    data = plan_json(job, platform_env(job, 2, 1))
+def _sshd_options(node: Mapping[str, Any]) -> list[str]:
+    """sshd_bootstrap's options between `--run-dir R` and `--`."""
+    argv = procs_of(node)["sshd"]["argv"]
+    return list(argv[5 : argv.index("--")])
+
+
+def test_single_node_without_a_mounted_key_uses_a_per_job_key(job: Path) -> None:
+    for name in ("id_rsa", "id_rsa.pub", "authorized_keys"):
+        (job / "ssh" / name).unlink()
+    data = plan_json(job, platform_env(job, 1, 2))
     run = job / "run" / JOB
-    argv = procs_of(data["nodes"][0])["mpirun"]["argv"]
+    argv = mpirun_of(procs_of(data["nodes"][0])["mpi-launcher"]["argv"])
     assert argv[argv.index("plm_rsh_args") + 1].startswith(f"-p 36666 -i {run}/id_ed25519 ")
-    assert any(
-        f"per-job key at {run}/id_ed25519" in n and "multi-node job needs the platform's key" in n
-        for n in data["notes"]
-    )
+    assert _sshd_options(data["nodes"][0]) == ["--new-identity", f"{run}/id_ed25519"]
+    assert any(f"per-job key at {run}/id_ed25519" in n for n in data["notes"])
+
+
+# The platform's ssh secret as found (files, their mode), hosts -> sshd_bootstrap's key options,
+# or the bad input named. Volcano mounts 0600 for root; a key file of ours that others may read
+# is one ssh refuses ("UNPROTECTED PRIVATE KEY FILE").
+KEY_CASES = [
+    pytest.param(("id_rsa", "id_rsa.pub", "authorized_keys"), 0o600, 3, [], None, id="volcano"),
+    pytest.param(
+        ("id_rsa", "id_rsa.pub"), 0o600, 2, ["--authorize", "id_rsa.pub"], None, id="pub-only"
+    ),
+    pytest.param(("id_rsa",), 0o600, 1, [], None, id="1-node-key-only"),
+    pytest.param(("id_rsa",), 0o600, 2, None, "authorized_keys or id_rsa.pub", id="no-pub"),
+    pytest.param((), 0o600, 2, None, "the platform's ssh key", id="no-key-2-nodes"),
+    pytest.param(
+        ("id_rsa", "id_rsa.pub", "authorized_keys"),
+        0o644,
+        2,
+        None,
+        "='0644': expected 0600: ssh ignores a private key that others can read",
+        id="key-0644",
+    ),
+]
+
+
+@pytest.mark.parametrize(("present", "mode", "hosts", "options", "error"), KEY_CASES)
+def test_mounted_keys(
+    job: Path,
+    present: tuple[str, ...],
+    mode: int,
+    hosts: int,
+    options: list[str] | None,
+    error: str | None,
+) -> None:
+    ssh = job / "ssh"
+    for name in ("id_rsa", "id_rsa.pub", "authorized_keys", "config"):
+        (ssh / name).unlink()
+    if present:
+        mount_ssh_secret(ssh, mode=mode, files=present)
+    env = platform_env(job, hosts, 1)
+    if error is not None:
+        res = _bad(job, env, "train.py")
+        assert error in res.stderr
+        assert str(ssh) in res.stderr
+        return
+    assert options is not None
+    data = plan_json(job, env)
+    expected = [str(ssh / w) if w.startswith("id_rsa") else w for w in options]
+    for node in data["nodes"]:
+        assert _sshd_options(node) == expected
 
 
 def test_nic_from_ma_current_ip_and_node_local_vars_stay_home(job: Path) -> None:
     """No configured NIC: MA_CURRENT_IP picks the interface holding it. Variables that are this
     node's own (its index, its address) are never shipped to the other nodes' ranks."""
     env = platform_env(job, 2, 1, MARUN_NIC="", MA_CURRENT_IP="127.0.0.1", VK_TASK_INDEX="0")
-    argv = procs_of(plan_json(job, env)["nodes"][0])["mpirun"]["argv"]
+    argv = mpirun_of(procs_of(plan_json(job, env)["nodes"][0])["mpi-launcher"]["argv"])
     assert argv[argv.index("btl_tcp_if_include") + 1] == "lo"
     assert "NCCL_SOCKET_IFNAME=lo" in argv
     shipped = {argv[i + 1] for i, w in enumerate(argv) if w == "-x"}
@@ -214,7 +305,7 @@ def test_nic_from_ma_current_ip_and_node_local_vars_stay_home(job: Path) -> None
 
 def test_users_nccl_socket_ifname_is_forwarded_by_name(job: Path) -> None:
     env = platform_env(job, 2, 1, NCCL_SOCKET_IFNAME="ib0")
-    argv = procs_of(plan_json(job, env)["nodes"][0])["mpirun"]["argv"]
+    argv = mpirun_of(procs_of(plan_json(job, env)["nodes"][0])["mpi-launcher"]["argv"])
     assert argv.count("NCCL_SOCKET_IFNAME") == 1
     assert not any(w.startswith("NCCL_SOCKET_IFNAME=") for w in argv)
 
@@ -224,7 +315,7 @@ def test_extra_args_replace_marun_defaults(job: Path) -> None:
     twice), and go before the script."""
     extra = "--mca btl tcp,self --bind-to core -x PATH --display-map"
     env = platform_env(job, 2, 1, MARUN_MPIRUN_EXTRA_ARGS=extra)
-    argv = procs_of(plan_json(job, env)["nodes"][0])["mpirun"]["argv"]
+    argv = mpirun_of(procs_of(plan_json(job, env)["nodes"][0])["mpi-launcher"]["argv"])
     assert "^openib" not in argv
     assert argv.count("--bind-to") == 1
     assert argv.count("PATH") == 1
@@ -242,7 +333,7 @@ def test_large_jobs(job: Path, hosts: int, concurrent: str | None, startups: str
     every node's handshake at once."""
     names = ",".join(f"w{i}.job" for i in range(hosts))
     data = plan_json(job, platform_env(job, hosts, 8, VC_WORKER_HOSTS=names))
-    argv = procs_of(data["nodes"][0])["mpirun"]["argv"]
+    argv = mpirun_of(procs_of(data["nodes"][0])["mpi-launcher"]["argv"])
     assert argv[argv.index("-np") + 1] == str(hosts * 8)
     if concurrent is None:
         assert "plm_rsh_num_concurrent" not in argv
@@ -281,7 +372,7 @@ def test_sshd_config_content(job: Path) -> None:
         "LD_LIBRARY_PATH=/opt/my libs",
     ]
     assert "$" not in text
-    argv = procs_of(data["nodes"][0])["mpirun"]["argv"]
+    argv = mpirun_of(procs_of(data["nodes"][0])["mpi-launcher"]["argv"])
     assert argv[argv.index("plm_rsh_args") + 1].startswith("-p 2222 ")
 
 
@@ -309,7 +400,7 @@ def test_secrets_travel_by_name_only(job: Path, fmt: str) -> None:
         assert "-x OBS_SECRET_ACCESS_KEY " in res.stdout
     else:
         data = json.loads(res.stdout) if fmt == "json" else yaml.safe_load(res.stdout)
-        argv = procs_of(data["nodes"][0])["mpirun"]["argv"]
+        argv = mpirun_of(procs_of(data["nodes"][0])["mpi-launcher"]["argv"])
         shipped = [argv[i + 1] for i, w in enumerate(argv) if w == "-x"]
         assert "OBS_SECRET_ACCESS_KEY" in shipped
         assert not any("=" in s and not s.startswith("NCCL_SOCKET_IFNAME=") for s in shipped)
@@ -353,6 +444,16 @@ BAD = [
     pytest.param({"MARUN_RUN_DIR": "/tmp/a b"}, "run_dir='/tmp/a b'", id="run-dir-space"),
     pytest.param({"MARUN_NIC": "nosuchnic0"}, "nic='nosuchnic0'", id="nic"),
     pytest.param({"VC_TASK_INDEX": "3"}, "VC_TASK_INDEX='3'", id="index-out-of-range"),
+    pytest.param({"MARUN_MPI_WATCH_PORT": "0"}, "mpi_watch_port=0", id="watch-port-0"),
+    pytest.param(
+        {"MARUN_MPI_WATCH_PORT": "36666"},
+        "mpi_watch_port=36666: expected a port other than sshd_port=36666",
+        id="watch-port-is-sshd-port",
+    ),
+    pytest.param({"MARUN_FORMATION_TIMEOUT": "0"}, "formation_timeout=0.0", id="formation-0"),
+    pytest.param({"MARUN_FORMATION_TIMEOUT": "inf"}, "formation_timeout=inf", id="formation-inf"),
+    pytest.param({"MARUN_PEER_TIMEOUT": "-1"}, "peer_timeout=-1.0", id="peer-negative"),
+    pytest.param({"MARUN_PEER_TIMEOUT": "soon"}, "MARUN_PEER_TIMEOUT='soon'", id="peer-word"),
 ]
 
 
@@ -369,7 +470,8 @@ def test_missing_script_is_bad_input(job: Path) -> None:
 
 def test_non_root_plan(tmp_path: Path) -> None:
     """As a non-root user (`nobody`, by uid: this test run is root): no --allow-run-as-root,
-    sshd admits that user, and the ssh dir is that user's."""
+    sshd admits that user, and the ssh dir is that user's, or the configured one, where Volcano
+    mounts the secret 0644 for a non-root user (root's files: ssh accepts them)."""
     import pwd
 
     from marun.config import Settings
@@ -378,16 +480,26 @@ def test_non_root_plan(tmp_path: Path) -> None:
 
     nobody = pwd.getpwnam("nobody")
     env = {"MA_VJ_NAME": JOB, "MA_TASK_NAME": "worker", "VC_TASK_INDEX": "0"}
-    env.update({"MA_NUM_HOSTS": "2", "MA_NUM_GPUS": "1", "PATH": os.environ["PATH"]})
+    env.update({"MA_NUM_HOSTS": "1", "MA_NUM_GPUS": "1", "PATH": os.environ["PATH"]})
     settings = Settings(nic="lo", run_dir=str(tmp_path))
     platform = read_platform([sys.executable], env, str(tmp_path), settings)
     plan = mpi.plan(replace(platform, uid=nobody.pw_uid), all_nodes=True)
     argv = plan.nodes[0].processes[1].argv
     assert "--allow-run-as-root" not in argv
     assert f"-i {tmp_path}/{JOB}/id_ed25519 " in " ".join(argv)  # nobody has no mounted key
-    config = plan.nodes[1].files[0].content
+    config = plan.nodes[0].files[0].content
     assert "AllowUsers nobody\n" in config
     assert f"AuthorizedKeysFile {nobody.pw_dir}/.ssh/authorized_keys " in config
+
+    ssh = tmp_path / "ssh"
+    ssh.mkdir()
+    mount_ssh_secret(ssh, mode=0o644)
+    env["MA_NUM_HOSTS"] = "2"
+    settings = replace(settings, ssh_dir=str(ssh))
+    platform = read_platform([sys.executable], env, str(tmp_path), settings)
+    plan = mpi.plan(replace(platform, uid=nobody.pw_uid), all_nodes=True)
+    assert f"-i {ssh}/id_rsa " in " ".join(plan.nodes[0].processes[1].argv)
+    assert f"AuthorizedKeysFile {ssh}/authorized_keys " in plan.nodes[1].files[0].content
 
 
 def test_find_sshd() -> None:
@@ -409,7 +521,7 @@ def test_plan_without_sshd_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     env = {"MA_VJ_NAME": JOB, "MA_NUM_HOSTS": "1", "PATH": os.environ["PATH"]}
     platform = read_platform([sys.executable], env, str(REPO), Settings(nic="lo"))
     plan = mpi.plan(platform, all_nodes=False)
-    assert plan.nodes[0].processes[0].argv[0] == "sshd"
+    assert plan.nodes[0].processes[0].argv[-5] == "sshd"
     assert any("the image needs openssh-server" in n for n in plan.notes)
 
 
@@ -478,6 +590,8 @@ def rendered(job: Path) -> Iterator[tuple[dict[str, Any], Path]]:
     if not (shutil.which("sshd") or os.path.exists("/usr/sbin/sshd")):
         pytest.skip("openssh-server is not installed")
     ssh = job / "ssh"
+    for name in ("id_rsa", "id_rsa.pub", "authorized_keys"):
+        (ssh / name).unlink()
     # Named as Volcano's ssh plugin names it; the key type does not matter to ssh.
     keygen = ["ssh-keygen", "-q", "-t", "ed25519", "-N", ""]
     subprocess.run([*keygen, "-f", str(ssh / "id_rsa")], check=True)
@@ -515,7 +629,7 @@ def test_real_sshd_accepts_the_config(rendered: tuple[dict[str, Any], Path]) -> 
         "setenv LD_LIBRARY_PATH=/opt/my libs",
     ]:
         assert line in effective
-    argv = procs_of(data["nodes"][0])["mpirun"]["argv"]
+    argv = mpirun_of(procs_of(data["nodes"][0])["mpi-launcher"]["argv"])
     port = argv[argv.index("plm_rsh_args") + 1].split()[1]
     assert f"port {port}" in effective
 
@@ -527,7 +641,7 @@ def test_real_sshd_lets_mpiruns_ssh_in_and_refuses_passwords(
     """Start sshd from the rendered config and log in with exactly the ssh options the plan
     gives mpirun (plm_rsh_args); a password-only client is refused."""
     data, config = rendered
-    argv = procs_of(data["nodes"][0])["mpirun"]["argv"]
+    argv = mpirun_of(procs_of(data["nodes"][0])["mpi-launcher"]["argv"])
     rsh = argv[argv.index("plm_rsh_args") + 1].split()
     port = int(rsh[1])
     sshd = subprocess.Popen(_sshd_cmd(str(config), "-D", "-e"), stderr=subprocess.PIPE, text=True)
@@ -570,8 +684,9 @@ def test_real_sshd_lets_mpiruns_ssh_in_and_refuses_passwords(
 
 @pytest.mark.e2e
 def test_real_mpirun_takes_the_planned_argv(job: Path) -> None:
-    """One node, two slots: Open MPI 4 runs the planned argv as is (every flag and MCA name is
-    one it knows) from the planned hostfile; no ssh is involved on a single node."""
+    """One node, two slots: the planned mpi-launcher runs Open MPI 4 with the planned argv as is
+    (every flag and MCA name is one it knows) from the planned hostfile; no ssh is involved on a
+    single node, and the launcher forms no cluster."""
     if shutil.which("mpirun") is None:
         pytest.skip("Open MPI's mpirun is not installed")
     # One write per line: --tag-output tags each chunk Open MPI reads, so `print(a, b)` under
@@ -586,7 +701,7 @@ def test_real_mpirun_takes_the_planned_argv(job: Path) -> None:
     hostfile = next(f for f in node["files"] if f["path"].endswith("/hostfile"))
     Path(hostfile["path"]).parent.mkdir(parents=True)
     Path(hostfile["path"]).write_text(hostfile["content"])
-    argv = procs_of(node)["mpirun"]["argv"]
+    argv = procs_of(node)["mpi-launcher"]["argv"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MA_", "OMPI_"))}
     env.update({"MA_VJ_NAME": JOB, "MA_NUM_HOSTS": "1", "MA_NUM_GPUS": "2"})
     res = subprocess.run(

@@ -38,6 +38,9 @@ class Settings:
     ssh_dir: str | None = None  # where the platform mounts id_rsa/authorized_keys; default ~/.ssh
     mpirun_extra_args: tuple[str, ...] = ()
     mpi_forward_env: tuple[str, ...] = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "MA_*", "VC_*")
+    formation_timeout: float = 600.0  # seconds node 0 waits for every peer's sshd to let it in
+    peer_timeout: float = 60.0  # seconds a node waits for a silent node 0 before giving up
+    mpi_watch_port: int = 36667  # node 0's liveness port, watched by the other nodes
     # supervision and files
     log_dir: str | None = None  # default: $MA_LOG_DIR/marun if set, else ./marun_logs
     run_dir: str | None = None  # default: $TMPDIR/marun-<uid>

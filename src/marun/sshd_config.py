@@ -14,8 +14,8 @@ from pathlib import Path
 from marun.errors import MarunError, bad_value
 
 TEMPLATE = "sshd_config"
-# Variables an ssh session needs to find and run orted as the container would (see the template).
-SESSION_ENV = ("PATH", "LD_LIBRARY_PATH", "OPAL_PREFIX", "TMPDIR")
+# Variables an ssh session needs to run orted and marun as the container would (see the template).
+SESSION_ENV = ("PATH", "LD_LIBRARY_PATH", "OPAL_PREFIX", "TMPDIR", "PYTHONPATH")
 # OpenSSH's defaults are 10:30:100 unauthenticated connections and 10 sessions per connection.
 MIN_STARTUPS = 100
 MAX_SESSIONS = 100

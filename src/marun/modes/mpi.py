@@ -1,15 +1,22 @@
 """MPI mode (the platform's Horovod, MPI and MindSpore-GPU engines): sshd on every node, mpirun
-on node 0. It replaces the platform's `run_mpi.sh` (seed 004).
+on node 0. It replaces the platform's `run_mpi.sh` (seed 004); docs/mpi.md tells the whole story.
 
-This module only plans; `marun run` carries the plan out. Every generated file lives in the run
-directory, `<run_dir>/<MA_VJ_NAME or "local">`: `sshd_config`, `ssh_host_ed25519_key`,
-`sshd.pid`, `sshd.log`, `hostfile` (node 0), and when the platform mounts no key, the per-job
-client key `id_ed25519` and its `authorized_keys`.
+This module only plans; `marun run` carries the plan out. Every node runs two processes:
+- `sshd` (a daemon): `python -m marun.sshd_bootstrap` makes the run directory private, generates
+  the host key (and the per-job client key of a single-node job without a mounted key), refuses
+  an sshd whose `sshd -T` accepts passwords, then execs `sshd -D -e -f <run>/sshd_config`.
+- node 0: `mpi-launcher` (`python -m marun.mpi_launcher ... -- mpirun ...`) forms the cluster
+  (every host resolved and every peer's sshd letting node 0 in, all at once, within
+  `formation_timeout`), rewrites the hostfile with addresses, runs mpirun, tells every other node
+  the job's status over ssh and exits with it.
+- other nodes: `mpi-follower` (`python -m marun.mpi_follower wait ...`) exits with the status
+  node 0 reports, or non-zero when node 0 goes silent for `peer_timeout` seconds.
 
-Choices a reviewer should know:
-- The hostfile in the plan lists host NAMES (`<host> slots=<n>`). Before mpirun starts, `marun
-  run` resolves every name to its IPv4 address, all at once with bounded retries, and writes the
-  addresses instead: Open MPI then never waits on DNS (Volcano #1972) and has no domain to strip.
+Every generated file lives in the run directory, `<run_dir>/<MA_VJ_NAME or "local">` (file
+names in marun.mpi_run_dir). Choices a reviewer should know:
+- The hostfile in the plan lists host NAMES (`<host> slots=<n>`). Once the cluster has formed,
+  the launcher rewrites it with each host's IPv4 address: Open MPI then never waits on DNS
+  (Volcano #1972) and has no domain to strip.
 - Variables reach the ranks as `-x NAME` only, never `-x NAME=value`: Open MPI ships the values
   inside its launch message to each node's orted, so no value appears in an argv, in `ps` or in
   this plan. The set is `mpi_forward_env` (names and `PREFIX*` patterns). A pattern never sweeps
@@ -18,10 +25,17 @@ Choices a reviewer should know:
   overwrite each node's own), nor Open MPI's own OMPI_/PMIX_ variables. A secret the ranks need
   is forwarded when named in full in `mpi_forward_env`, still by name only.
 - `plm_rsh_no_tree_spawn 1` always: mpirun itself sshes to every node, so the only ssh path the
-  job needs is node 0 -> each node, which is exactly what `marun run` checks before starting
+  job needs is node 0 -> each node, which is exactly what mpi-launcher checks before starting
   mpirun; a tree spawn would also need every node to reach every other with a key only node 0
   may hold. From 64 hosts up (horovodrun's threshold) `plm_rsh_num_concurrent <hosts>` lets all
   launches run at once instead of 128 at a time, as horovodrun does.
+- The other nodes learn how the job ended from node 0 over ssh (`mpi_follower notify`, the same
+  authenticated login mpirun uses) and watch that node 0 lives on `mpi_watch_port`, where the
+  launcher accepts and hangs up. Watching node 0's sshd port instead would put two lines into
+  node 0's sshd log, and console, for every look of every node.
+- Several nodes need the platform's key (`id_rsa` with `authorized_keys` or `id_rsa.pub` in
+  `ssh_dir`): a per-job key would exist on node 0 only. Its absence, or a key of ours that others
+  can read (ssh ignores it), is bad input, found before anything starts.
 - Options given in `mpirun_extra_args` replace marun's own (an `--mca NAME`, `-x NAME`,
   `--bind-to`, `--map-by` there drops marun's): Open MPI refuses an MCA parameter given twice,
   and a site must be able to override a default (sagemaker-training-toolkit #70). `-np` and the
@@ -30,6 +44,7 @@ Choices a reviewer should know:
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shlex
@@ -37,6 +52,7 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from marun import mpi_run_dir as run_files
 from marun.config import default_run_dir
 from marun.errors import InputError, bad_value
 from marun.hosts import node_hosts
@@ -49,8 +65,7 @@ from marun.sshd_config import render_sshd_config, session_env
 
 SSHD_FALLBACKS = ("/usr/sbin/sshd",)  # not on a non-root user's PATH on Debian/Ubuntu
 LARGE_CLUSTER_HOSTS = 64  # horovodrun's _LARGE_CLUSTER_THRESHOLD
-PLATFORM_KEY = "id_rsa"  # what Volcano's ssh plugin mounts
-JOB_KEY = "id_ed25519"
+PLATFORM_KEY = "id_rsa"  # what Volcano's ssh plugin mounts, with id_rsa.pub and authorized_keys
 
 # Variables whose value is this node's own: forwarding node 0's would overwrite every node's.
 NODE_LOCAL_VARS = frozenset({*TASK_INDEX_VARS, "MA_CURRENT_IP", "MA_CURRENT_HOST_IP", "HOSTNAME"})
@@ -78,7 +93,8 @@ _UNSAFE_PATH = re.compile(r"[\s\"'\\]")
 
 @dataclass(frozen=True)
 class MpiLayout:
-    """Where MPI mode's files live and who sshd lets in: the same on every node."""
+    """Where MPI mode's files live, who sshd lets in, and the job's time-outs: the same on every
+    node."""
 
     run_dir: str
     ssh_dir: str
@@ -88,34 +104,40 @@ class MpiLayout:
     slots: int
     client_key: str  # what mpirun's ssh uses: the platform's key, else the per-job one
     platform_key: bool  # client_key is the platform's mounted key (else marun generates one)
+    watch_port: int = 36667
+    formation_timeout: float = 600.0
+    peer_timeout: float = 60.0
 
     def path(self, name: str) -> str:
         return os.path.join(self.run_dir, name)
 
     @property
     def sshd_config(self) -> str:
-        return self.path("sshd_config")
+        return self.path(run_files.SSHD_CONFIG)
 
     @property
     def hostfile(self) -> str:
-        return self.path("hostfile")
+        return self.path(run_files.HOSTFILE)
 
     @property
     def host_key(self) -> str:
-        return self.path("ssh_host_ed25519_key")
+        return self.path(run_files.HOST_KEY)
 
     @property
     def pid_file(self) -> str:
-        return self.path("sshd.pid")
+        return self.path(run_files.PID_FILE)
 
     @property
     def sshd_log(self) -> str:
-        return self.path("sshd.log")
+        return self.path(run_files.SSHD_LOG)
 
     @property
     def authorized_keys(self) -> tuple[str, str]:
-        """The platform's file, then the one marun writes for a per-job key."""
-        return (os.path.join(self.ssh_dir, "authorized_keys"), self.path("authorized_keys"))
+        """The platform's file, then the one marun writes (per-job key, or id_rsa.pub)."""
+        return (
+            os.path.join(self.ssh_dir, run_files.AUTHORIZED_KEYS),
+            self.path(run_files.AUTHORIZED_KEYS),
+        )
 
 
 def _safe_path(setting: str, path: str) -> str:
@@ -138,12 +160,20 @@ def _user_and_home(platform: Platform) -> tuple[str | None, str]:
     return entry.pw_name, entry.pw_dir
 
 
-def check_port(port: int) -> int:
+def check_port(port: int, setting: str = "sshd_port") -> int:
     if not 1 <= port <= 65535:
         raise bad_value(
-            "sshd_port", port, "a TCP port in 1-65535 (config key sshd_port, MARUN_SSHD_PORT)"
+            setting,
+            port,
+            f"a TCP port in 1-65535 (config key {setting}, MARUN_{setting.upper()})",
         )
     return port
+
+
+def check_seconds(value: float, setting: str) -> float:
+    if not 0 < value < math.inf:
+        raise bad_value(setting, value, f"a number of seconds > 0 (MARUN_{setting.upper()})")
+    return value
 
 
 def check_hosts(platform: Platform, hosts: Sequence[str]) -> tuple[str, ...]:
@@ -176,15 +206,22 @@ def layout(platform: Platform) -> MpiLayout:
     run_dir = os.path.normpath(os.path.join(base, job or "local"))
     mounted = os.path.join(ssh_dir, PLATFORM_KEY)
     platform_key = os.path.isfile(mounted)
+    port = check_port(settings.sshd_port)
+    watch_port = check_port(settings.mpi_watch_port, "mpi_watch_port")
+    if watch_port == port:
+        raise bad_value("mpi_watch_port", watch_port, f"a port other than sshd_port={port}")
     return MpiLayout(
         run_dir=run_dir,
         ssh_dir=os.path.normpath(ssh_dir),
         user=user,
-        port=check_port(settings.sshd_port),
+        port=port,
         hosts=check_hosts(platform, node_hosts(platform)),
         slots=platform.devices_per_node(),
-        client_key=mounted if platform_key else os.path.join(run_dir, JOB_KEY),
+        client_key=mounted if platform_key else os.path.join(run_dir, run_files.JOB_KEY),
         platform_key=platform_key,
+        watch_port=watch_port,
+        formation_timeout=check_seconds(settings.formation_timeout, "formation_timeout"),
+        peer_timeout=check_seconds(settings.peer_timeout, "peer_timeout"),
     )
 
 
@@ -337,18 +374,20 @@ def _notes(
 ) -> tuple[str, ...]:
     hosts = len(lay.hosts)
     notes: list[str] = []
-    if nic is not None:  # node 0 is in the plan
+    if nic is not None and hosts > 1:  # node 0 is in the plan
         notes.append(
-            "hostfile lists host names: before mpirun starts, marun resolves every name to its "
-            "IPv4 address (all at once, retrying for up to resolve_timeout="
-            f"{platform.settings.resolve_timeout:g}s) and writes the addresses instead"
+            "hostfile lists host names: mpi-launcher first forms the cluster (every name "
+            "resolved and every peer's sshd letting node 0 in with mpirun's own ssh options, "
+            f"all at once, within formation_timeout={lay.formation_timeout:g}s), then writes "
+            "each host's IPv4 address instead and starts mpirun"
         )
     if hosts > 1:
-        if hosts == 2:
-            others = "node 1 runs only sshd until node 0's mpirun ends, then exits"
-        else:
-            others = f"nodes 1-{hosts - 1} run only sshd until node 0's mpirun ends, then exit"
-        notes.append(others + " with the job's status")
+        others = "node 1 runs" if hosts == 2 else f"nodes 1-{hosts - 1} run"
+        notes.append(
+            f"{others} sshd and mpi-follower, which exits with the status node 0 reports when "
+            f"mpirun ends, or with 1 when node 0 stops answering on port {lay.watch_port} for "
+            f"peer_timeout={lay.peer_timeout:g}s"
+        )
         if nic is not None:
             notes.append(
                 f"btl_tcp_if_include, oob_tcp_if_include and NCCL_SOCKET_IFNAME name node 0's "
@@ -364,12 +403,6 @@ def _notes(
         notes.append(
             f"no client key at {where}: marun will generate a per-job key at {lay.client_key} "
             f"and authorize it in {lay.authorized_keys[1]}"
-            + (
-                "; only node 0 will have it, so a multi-node job needs the platform's key "
-                "(Volcano's ssh plugin) in ssh_dir"
-                if hosts > 1
-                else ""
-            )
         )
     if held:
         notes.append(
@@ -379,6 +412,42 @@ def _notes(
     if lay.user is None:
         notes.append(f"uid {platform.uid} has no passwd entry: sshd cannot log it in")
     return tuple(notes)
+
+
+def key_options(platform: Platform, lay: MpiLayout, node_0_here: bool) -> tuple[str, ...]:
+    """sshd_bootstrap's key options, after checking the keys the platform mounted: a client key
+    ssh would refuse, or no way for node 0 to log in to the other nodes, is bad input."""
+    from marun.ssh_keys import check_private_key, check_readable
+
+    hosts = len(lay.hosts)
+    if not lay.platform_key:
+        if hosts > 1:
+            raise bad_value(
+                "ssh_dir",
+                lay.ssh_dir,
+                f"the platform's ssh key ({PLATFORM_KEY}, {PLATFORM_KEY}.pub, authorized_keys: "
+                f"Volcano's ssh plugin) for a job of {hosts} nodes; set MARUN_SSH_DIR where it "
+                "is mounted",
+            )
+        return ("--new-identity", lay.client_key)
+    if node_0_here:
+        check_private_key(lay.client_key, platform.uid)
+    mounted_authorized = lay.authorized_keys[0]
+    if os.path.exists(mounted_authorized):
+        check_readable(mounted_authorized, "authorized_keys")
+        return ()
+    public = lay.client_key + ".pub"
+    if os.path.exists(public):
+        check_readable(public, "public key file")
+        return ("--authorize", public)
+    if hosts > 1:
+        raise bad_value(
+            "ssh_dir",
+            lay.ssh_dir,
+            f"authorized_keys or {PLATFORM_KEY}.pub next to {PLATFORM_KEY}: the other nodes "
+            "must let node 0's key in",
+        )
+    return ()
 
 
 def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
@@ -392,8 +461,12 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     if 0 in indexes:
         current = platform.env.get("MA_CURRENT_IP")
         nic = choose_nic(platform.settings.nic, hints=[current] if current else [])
+    python = platform.python
+    hosts = len(lay.hosts)
 
     sshd = find_sshd(platform.env.get("PATH"))
+    session = session_env(platform.env)
+    session[run_files.RUN_DIR_VAR] = lay.run_dir
     sshd_config = FileSpec(
         lay.sshd_config,
         render_sshd_config(
@@ -401,37 +474,60 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
             host_key=lay.host_key,
             pid_file=lay.pid_file,
             authorized_keys=lay.authorized_keys,
-            hosts=len(lay.hosts),
+            hosts=hosts,
             user=lay.user,
-            set_env=session_env(platform.env),
+            set_env=session,
         ),
         0o644,
     )
     sshd_proc = ProcessSpec(
         name="sshd",
-        argv=(sshd or "sshd", "-D", "-e", "-f", lay.sshd_config),
+        argv=(
+            *(python, "-m", "marun.sshd_bootstrap", "--run-dir", lay.run_dir),
+            *key_options(platform, lay, 0 in indexes),
+            *("--", sshd or "sshd", "-D", "-e", "-f", lay.sshd_config),
+        ),
         env={},
         cwd=lay.run_dir,
         log=lay.sshd_log,
         role="sshd",
         daemon=True,
     )
+    logs = log_dir(platform)
     nodes = []
     for index in indexes:
-        files: tuple[FileSpec, ...] = (sshd_config,)
-        processes: tuple[ProcessSpec, ...] = (sshd_proc,)
+        node_files: tuple[FileSpec, ...] = (sshd_config,)
         if index == 0:
             assert nic is not None
-            files += (FileSpec(lay.hostfile, hostfile_content(lay.hosts, lay.slots), 0o644),)
-            processes += (
-                ProcessSpec(
-                    name="mpirun",
-                    argv=mpirun_argv(platform, lay, nic, forward, user_argv),
-                    env={},
-                    cwd=platform.cwd,
-                    log=os.path.join(log_dir(platform), "mpirun.log"),
-                    role="mpirun",
+            node_files += (FileSpec(lay.hostfile, hostfile_content(lay.hosts, lay.slots), 0o644),)
+            watch = ("--watch-port", str(lay.watch_port)) if hosts > 1 else ()
+            agent = ProcessSpec(
+                name="mpi-launcher",
+                argv=(
+                    *(python, "-m", "marun.mpi_launcher", "--hostfile", lay.hostfile),
+                    *("--port", str(lay.port), *watch),
+                    *("--formation-timeout", f"{lay.formation_timeout:g}"),
+                    "--",
+                    *mpirun_argv(platform, lay, nic, forward, user_argv),
                 ),
+                env={},
+                cwd=platform.cwd,
+                log=os.path.join(logs, "mpirun.log"),
+                role="mpirun",
             )
-        nodes.append(NodePlan(index, lay.hosts[index], files, processes))
+        else:
+            agent = ProcessSpec(
+                name="mpi-follower",
+                argv=(
+                    *(python, "-m", "marun.mpi_follower", "wait", "--run-dir", lay.run_dir),
+                    *("--leader", lay.hosts[0], "--watch-port", str(lay.watch_port)),
+                    *("--formation-timeout", f"{lay.formation_timeout:g}"),
+                    *("--peer-timeout", f"{lay.peer_timeout:g}"),
+                ),
+                env={},
+                cwd=platform.cwd,
+                log=os.path.join(logs, "mpi-follower.log"),
+                role="follower",
+            )
+        nodes.append(NodePlan(index, lay.hosts[index], node_files, (sshd_proc, agent)))
     return LaunchPlan("mpi", tuple(nodes), _notes(platform, lay, sshd, nic, held))
