@@ -52,6 +52,10 @@ def main() -> None:
         f"(expected {world * (world + 1) // 2}); weights checksum {checksum:.6f}",
         flush=True,
     )
+    # Rank 0 hosts the rendezvous store: without this barrier it can tear the store down while a
+    # slower rank still talks to it, and that rank dies in C++ ("terminate called without an
+    # active exception"), seen here under load.
+    dist.barrier()
     dist.destroy_process_group()
 
 
