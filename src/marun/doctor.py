@@ -245,6 +245,8 @@ def _ports(platform: Platform, mode: str | None) -> list[tuple[str, int]]:
     ports: list[tuple[str, int]] = []
     if mode == "mpi":
         ports.append(("sshd_port", s.sshd_port))
+        if platform.env.get("MA_NUM_HOSTS", "1") != "1":
+            ports.append(("mpi_watch_port", s.mpi_watch_port))
     if mode == "mindspore":
         port = platform.env.get("MS_SCHED_PORT", str(s.ms_sched_port))
         if port.isdigit():
