@@ -219,6 +219,7 @@ class SimMode(str, Enum):
     mindspore = "mindspore"
     pytorch = "pytorch"
     tensorflow = "tensorflow"
+    mpi = "mpi"
 
 
 @app.command(context_settings=_CTX)
@@ -265,6 +266,11 @@ def simulate(
         inner_options += ["--console-ranks", ",".join(settings.console_ranks)]
     if grace_period is not None:
         inner_options += ["--grace-period", str(grace_period)]
+    if mode is SimMode.mpi:
+        from marun.simulate import run_mpi_simulation
+
+        options = replace(options_from_settings(settings, None), prefix_output=False)
+        raise typer.Exit(run_mpi_simulation(platform, nodes, devices, inner_options, options))
     outer, boxes, sim_dir = simulation_plan(platform, mode.value, nodes, devices, inner_options)
     write_inputs(mode.value, nodes, devices, sim_dir)
     if show_plan:

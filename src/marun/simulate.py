@@ -8,6 +8,9 @@ processes of one plan on this machine, supervised like any other: fail-fast acro
 nodes, signals relayed, the job's exit status returned. Each inner run prefixes its own lines
 `[node:rank]`; the outer supervisor adds nothing.
 
+`mpi` runs on simulated hosts instead: one network namespace per node (needs root), see
+`run_mpi_simulation`.
+
 Layout: everything under `<log dir>/simulate/`: `node<i>/` is node i's log directory (and, for
 `ascend`, its working directory, so the per-device `device<id>/` directories of different nodes
 do not collide), `rank_table.json` for `ascend`.
@@ -19,7 +22,9 @@ import json
 import os
 import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
 
 from marun.errors import InputError, bad_value
 from marun.plan import LaunchPlan, NodePlan, ProcessSpec
@@ -221,8 +226,6 @@ def write_inputs(mode: str, nodes: int, devices: int, sim_dir: str) -> None:
 
 def inner_platform(platform: Platform, box: Container) -> Platform:
     """The platform as the first container sees it: for showing the job's plan."""
-    from dataclasses import replace
-
     from marun.appended_args import split_appended
 
     env = {k: v for k, v in platform.env.items() if not k.startswith(("MA_", "VC_"))}
@@ -235,3 +238,76 @@ def inner_platform(platform: Platform, box: Container) -> Platform:
     return replace(
         platform, env=env, command=words, appended=appended, cwd=box.cwd, settings=settings
     )
+
+
+def run_mpi_simulation(
+    platform: Platform, nodes: int, devices: int, marun_options: Sequence[str], options: Any
+) -> int:
+    """MPI on simulated hosts: one network namespace per node (its own address, host name,
+    /etc/hosts naming every node as the platform does, /run and /dev/shm), a Volcano-style ssh
+    secret shared by all, and on each host `marun run --mode mpi` as PID 1, as in a container.
+    Needs root; says what is missing otherwise."""
+    from marun.netns_cluster import NetnsCluster, available
+    from marun.platform import resolve_command
+
+    if nodes < 1 or devices < 1:
+        raise bad_value("--nodes/--devices", f"{nodes}/{devices}", "integers >= 1")
+    if not platform.command:
+        raise InputError("no script given: expected `marun simulate [OPTIONS] -- SCRIPT [ARGS...]`")
+    resolve_command(platform.command, platform.cwd, platform.python)
+    reason = available()
+    if reason:
+        raise InputError(
+            f"simulate --mode mpi builds one network namespace per node: {reason}; run it as "
+            "root (sudo), or simulate the job in another mode"
+        )
+    from marun.console import Console
+    from marun.modes.common import log_dir
+    from marun.ssh_keys import generate_key, make_private_dir, write_authorized_keys
+    from marun.supervisor import Supervisor
+
+    sim_dir = os.path.join(log_dir(platform), "simulate")
+    ssh_dir = os.path.join(sim_dir, "ssh")  # what Volcano's ssh plugin mounts in every pod
+    make_private_dir(ssh_dir)
+    key = os.path.join(ssh_dir, "id_rsa")
+    if os.path.exists(key):
+        os.remove(key)
+        os.remove(key + ".pub")
+    generate_key(key, f"{JOB}-simulated")
+    write_authorized_keys([key + ".pub"], os.path.join(ssh_dir, "authorized_keys"))
+    hosts_dir = os.path.join(sim_dir, "hosts")
+    os.makedirs(hosts_dir, exist_ok=True)
+    with NetnsCluster(nodes, job=JOB, task="worker", workdir=Path(hosts_dir)) as cluster:
+        processes = []
+        for i in range(nodes):
+            host = cluster.host_dir(i)
+            (host / "tmp").mkdir(parents=True, exist_ok=True)
+            env = {
+                "MA_NUM_HOSTS": str(nodes),
+                "MA_NUM_GPUS": str(devices),
+                "VC_TASK_INDEX": str(i),
+                "MA_VJ_NAME": JOB,
+                "MA_TASK_NAME": "worker",
+                "MARUN_SSH_DIR": ssh_dir,
+                "MARUN_RUN_DIR": str(host / "run"),  # hosts share /tmp: each its own files
+                "TMPDIR": str(host / "tmp"),
+                "MARUN_LOG_LEVEL": os.environ.get("MARUN_LOG_LEVEL", "warning"),
+            }
+            inner = (
+                platform.python, "-m", "marun", "run", "--mode", "mpi", "--supervise",
+                "--log-dir", os.path.join(sim_dir, f"node{i}"), *marun_options,
+                "--", *script_words(platform),
+            )  # fmt: skip
+            processes.append(
+                ProcessSpec(
+                    name=f"node{i}",
+                    argv=tuple(cluster.command(i, inner, pid1=True, cwd=platform.cwd)),
+                    env=env,
+                    cwd=platform.cwd,
+                    log=os.path.join(sim_dir, f"node{i}", "marun.log"),
+                    role="node",
+                )
+            )
+        plan = LaunchPlan("simulate-mpi", (NodePlan(0, "localhost", processes=tuple(processes)),))
+        options = replace(options, record_dir=sim_dir)
+        return Supervisor(plan, plan.nodes[0], options, Console()).run()
