@@ -72,6 +72,13 @@ def check_readable(path: str, what: str) -> None:
         raise bad_value(what, path, "a file this user can read (permission denied)")
 
 
+def _run_tool(argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run an OpenSSH tool with no input, its output captured; the caller judges the result."""
+    return subprocess.run(
+        argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
 def generate_key(path: str, comment: str) -> bool:
     """Create an ed25519 key pair at `path` (and `path`.pub) unless one is there; True when it
     was created. A key left by an earlier start of this container is reused."""
@@ -82,14 +89,7 @@ def generate_key(path: str, comment: str) -> bool:
     keygen = find_tool("ssh-keygen")
     argv = [keygen, "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", path]
     try:
-        res = subprocess.run(
-            argv,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=KEYGEN_TIMEOUT,
-            check=False,
-        )
+        res = _run_tool(argv, KEYGEN_TIMEOUT)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise MarunError(f"ssh-keygen could not create {path}: {exc}") from None
     if res.returncode != 0:
@@ -131,14 +131,7 @@ def effective_sshd_config(sshd: str, config: str) -> dict[str, list[str]]:
     argv = [sshd, "-T", "-f", config]
     for _ in range(2):
         try:
-            res = subprocess.run(
-                argv,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=SSHD_T_TIMEOUT,
-                check=False,
-            )
+            res = _run_tool(argv, SSHD_T_TIMEOUT)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise MarunError(f"`{' '.join(argv)}` failed: {exc}") from None
         missing = _PRIVSEP.search(res.stderr)
