@@ -177,9 +177,9 @@ def check_ssh_keys(platform: Platform, required: bool) -> list[Check]:
 
 
 def check_network(platform: Platform) -> list[Check]:
-    from marun.nic import _ipv4_by_interface, choose_nic
+    from marun.nic import choose_nic, ipv4_by_interface
 
-    table = _ipv4_by_interface()
+    table = ipv4_by_interface()
     listing = ", ".join(f"{name} {' '.join(addrs)}" for name, addrs in sorted(table.items()))
     checks = [
         Check("interfaces", OK if table else FAIL, listing or "no interface has an IPv4 address")

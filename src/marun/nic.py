@@ -21,7 +21,7 @@ class Nic:
     address: str
 
 
-def _ipv4_by_interface() -> dict[str, list[str]]:
+def ipv4_by_interface() -> dict[str, list[str]]:
     import netifaces  # lazy: only modes that need a NIC pay for it
 
     table: dict[str, list[str]] = {}
@@ -47,7 +47,7 @@ def _default_route_interface() -> str | None:
 
 
 def choose_nic(configured: str | None, hints: Iterable[str] = ()) -> Nic:
-    table = _ipv4_by_interface()
+    table = ipv4_by_interface()
     if configured:
         if configured not in table:
             raise InputError(

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marun.errors import InputError, bad_value
+from marun.hosts import is_ip
 from marun.platform import TASK_INDEX_VARS, Platform
 
 GROUP_LIST = "group_list"
@@ -139,12 +140,6 @@ def _short(value: object) -> object:
     if isinstance(value, (dict, list)):
         return type(value).__name__
     return value
-
-
-def _is_ip(text: str) -> bool:
-    from marun.hosts import is_ip
-
-    return is_ip(text)
 
 
 # -- the two formats --------------------------------------------------------------------------
@@ -269,7 +264,7 @@ def _group_list_slots(r: _Reader, data: Mapping[str, Any]) -> list[_Slot]:
     next_rank = 0
     for inst in instances:
         first = next_rank if inst.rank_id is None else inst.rank_id
-        host_ip = inst.server_id if _is_ip(inst.server_id) else None
+        host_ip = inst.server_id if is_ip(inst.server_id) else None
         for j, (device_id, device_ip) in enumerate(inst.devices):
             where = f"{inst.where}.devices[{j}]"
             slots.append(
@@ -308,7 +303,7 @@ def _server_list_slots(r: _Reader, data: Mapping[str, Any]) -> list[_Slot]:
             r.text(server, "container_ip", swhere, False),
             server_id,
         )
-        host_ip = next((c for c in candidates if c and _is_ip(c)), None)
+        host_ip = next((c for c in candidates if c and is_ip(c)), None)
         entries = r.items(server, "device", swhere)
         if not entries:
             raise r.error(f"{swhere}.device is empty: expected at least one device")
@@ -479,9 +474,9 @@ def rank_id_from_env(platform: Platform, table: RankTable) -> int | None:
 
 
 def _local_addresses(platform: Platform) -> set[str]:
-    from marun.nic import _ipv4_by_interface
+    from marun.nic import ipv4_by_interface
 
-    found = {a for addrs in _ipv4_by_interface().values() for a in addrs}
+    found = {a for addrs in ipv4_by_interface().values() for a in addrs}
     found.update(platform.env[v].strip() for v in _OWN_ADDRESS_VARS if platform.env.get(v))
     return found
 
