@@ -105,9 +105,9 @@ def _platform_and_plan(
     all_nodes: bool,
     cli_settings: "dict[str, Any]",
 ) -> Any:
-    from marun.config import load_settings
-    from marun.modes import build_plan
-    from marun.platform import read_platform
+    from marun.inputs.injected import read_platform
+    from marun.inputs.settings import load_settings
+    from marun.plan.modes import build_plan
 
     env = dict(os.environ)
     cwd = os.getcwd()
@@ -162,7 +162,7 @@ def plan(
     recovery_wait: RecoveryWaitOpt = None,
 ) -> None:
     """Print what `marun run` would start with these inputs (nothing is started)."""
-    from marun.render import render
+    from marun.plan.render import render
 
     _, launch_plan = _platform_and_plan(
         command,
@@ -195,8 +195,8 @@ def run(
     ] = False,
 ) -> None:
     """Start this node's part of the job, supervise it, and exit with its status."""
-    from marun.execute import execute
-    from marun.modes.common import log_dir as plan_log_dir
+    from marun.plan.modes.common import log_dir as plan_log_dir
+    from marun.runtime.execute import execute
 
     platform, launch_plan = _platform_and_plan(
         command,
@@ -243,13 +243,13 @@ def simulate(
     `marun run` each on 127.0.0.1; exit with the job's status."""
     from dataclasses import replace
 
-    from marun.config import load_settings
-    from marun.console import Console
-    from marun.modes import build_plan
-    from marun.platform import read_platform
-    from marun.render import render_table
-    from marun.simulate import inner_platform, simulation_plan, write_inputs
-    from marun.supervisor import Supervisor, options_from_settings
+    from marun.inputs.injected import read_platform
+    from marun.inputs.settings import load_settings
+    from marun.plan.modes import build_plan
+    from marun.plan.render import render_table
+    from marun.runtime.output import Console
+    from marun.runtime.supervisor import Supervisor, options_from_settings
+    from marun.sim.simulate import inner_platform, simulation_plan, write_inputs
 
     env = dict(os.environ)
     cwd = os.getcwd()
@@ -267,7 +267,7 @@ def simulate(
     if grace_period is not None:
         inner_options += ["--grace-period", str(grace_period)]
     if mode is SimMode.mpi:
-        from marun.simulate import run_mpi_simulation
+        from marun.sim.simulate import run_mpi_simulation
 
         options = replace(options_from_settings(settings, None), prefix_output=False)
         raise typer.Exit(run_mpi_simulation(platform, nodes, devices, inner_options, options))
@@ -296,10 +296,10 @@ def doctor(
 ) -> None:
     """Preflight: Python, dependencies, framework, mpirun/sshd, ssh keys, NICs, host name,
     rank table, ports. Exit 1 when a check fails."""
-    from marun.config import load_settings
     from marun.doctor import exit_code, render_checks, run_checks
-    from marun.modes import detect_mode
-    from marun.platform import read_platform
+    from marun.inputs.injected import read_platform
+    from marun.inputs.settings import load_settings
+    from marun.plan.modes import detect_mode
 
     env = dict(os.environ)
     cwd = os.getcwd()

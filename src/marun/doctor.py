@@ -18,7 +18,7 @@ from importlib import metadata, util
 from pathlib import Path
 
 from marun.errors import InputError
-from marun.platform import Platform
+from marun.inputs.injected import Platform
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
 
@@ -115,7 +115,7 @@ def _first_line(argv: Sequence[str]) -> str | None:
 def check_mpi_tools(platform: Platform, required: bool) -> list[Check]:
     import shutil
 
-    from marun.modes.mpi import find_sshd
+    from marun.mpi.planner import find_sshd
 
     missing = FAIL if required else SKIP
     checks = []
@@ -177,7 +177,7 @@ def check_ssh_keys(platform: Platform, required: bool) -> list[Check]:
 
 
 def check_network(platform: Platform) -> list[Check]:
-    from marun.nic import choose_nic, ipv4_by_interface
+    from marun.inputs.nic import choose_nic, ipv4_by_interface
 
     table = ipv4_by_interface()
     listing = ", ".join(f"{name} {' '.join(addrs)}" for name, addrs in sorted(table.items()))
@@ -202,7 +202,7 @@ def check_hostname(platform: Platform) -> Check:
     try:
         hosts = platform.num_hosts()
         if hosts > 1:
-            from marun.hosts import node_hosts
+            from marun.inputs.hosts import node_hosts
 
             expected = node_hosts(platform)[platform.node_index()].split(".")[0]
             if expected != name.split(".")[0]:
@@ -221,7 +221,7 @@ def check_rank_table(platform: Platform) -> Check:
     path = platform.env.get("RANK_TABLE_FILE")
     if not path:
         return Check("rank table", SKIP, "RANK_TABLE_FILE not set")
-    from marun.ranktable import RankTableNotReady, parse_rank_table
+    from marun.inputs.ranktable import RankTableNotReady, parse_rank_table
 
     try:
         text = Path(path).read_text()

@@ -11,7 +11,7 @@ import pytest
 from local_cluster import EXAMPLES, framework_python
 
 from conftest import clean_env
-from marun.netns_cluster import NAME_PREFIX, available
+from marun.sim.netns import NAME_PREFIX, available
 
 pytestmark = pytest.mark.e2e
 

@@ -289,7 +289,7 @@ def test_image_runs_a_job_as_the_platform_starts_it(podman: Podman, engine: Engi
     """The image's ENTRYPOINT with only the platform's variables and appended arguments: the
     start file runs in the mode's shape and the container exits with the job's status."""
     if engine.mode == "mpi":
-        pytest.importorskip("marun.mpi_launcher", reason="MPI mode's runtime has not landed")
+        pytest.importorskip("marun.mpi.leader", reason="MPI mode's runtime has not landed")
     code, out = podman.run(
         f"localhost/marun-{engine.image}",
         ["/examples/hello.py", *engine.appended],
@@ -454,7 +454,7 @@ def test_two_container_mpi_job_runs_an_allreduce(podman: Podman, tmp_path: Path)
     """Two containers of the MPI image, each in a network namespace of its own (one address,
     host name and /etc/hosts per container, as two pods), started as the platform starts a
     2-node MPI job: node 0's marun forms the cluster over sshd and runs mpirun across both."""
-    pytest.importorskip("marun.mpi_launcher", reason="MPI mode's runtime has not landed")
+    pytest.importorskip("marun.mpi.leader", reason="MPI mode's runtime has not landed")
     from netns_cluster import NetnsCluster, available
 
     reason = available()

@@ -10,8 +10,8 @@ import json
 import sys
 
 from marun.errors import MarunError
-from marun.execute import execute
-from marun.plan import LaunchPlan, NodePlan, ProcessSpec
+from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
+from marun.runtime.execute import execute
 
 
 def main():

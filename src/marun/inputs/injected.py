@@ -1,0 +1,130 @@
+"""What the platform handed this container, read once into a frozen value.
+
+`read_platform` takes the environment, the command line after `--` and the working directory and
+returns a `Platform`. The node variables are read through methods that validate on use, so a mode
+fails only on the variables it needs, with one line naming the variable, its value and what was
+expected.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from marun.errors import InputError, bad_value
+from marun.inputs.appended_args import AppendedArgs, split_appended
+from marun.inputs.settings import Settings
+
+# The platform's node index, most specific first (seed 004's run_mpi.sh reads them in this order).
+TASK_INDEX_VARS = ("MA_TASK_INDEX", "VC_TASK_INDEX", "VK_TASK_INDEX")
+
+
+@dataclass(frozen=True)
+class Platform:
+    env: Mapping[str, str]
+    command: tuple[str, ...]  # the user's script and arguments, the platform's appended ones off
+    appended: AppendedArgs
+    cwd: str
+    hostname: str
+    python: str
+    settings: Settings = field(default_factory=Settings)
+    uid: int = 0
+
+    # -- node variables -------------------------------------------------------------------
+    def _int_var(self, name: str, default: int | None, minimum: int) -> int:
+        raw = self.env.get(name)
+        if raw is None or raw == "":
+            if default is None:
+                raise bad_value(name, raw, f"an integer >= {minimum} (it is not set)")
+            return default
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            raise bad_value(name, raw, f"an integer >= {minimum}") from None
+        if value < minimum:
+            raise bad_value(name, raw, f"an integer >= {minimum}")
+        return value
+
+    def num_hosts(self) -> int:
+        return self._int_var("MA_NUM_HOSTS", 1, 1)
+
+    def node_index(self) -> int:
+        """This node's 0-based index; 0 on a single-node job that sets none."""
+        hosts = self.num_hosts()
+        for name in TASK_INDEX_VARS:
+            if self.env.get(name, "") != "":
+                index = self._int_var(name, None, 0)
+                if index >= hosts:
+                    raise bad_value(name, self.env[name], f"an index below MA_NUM_HOSTS={hosts}")
+                return index
+        if hosts > 1:
+            raise InputError(
+                f"MA_NUM_HOSTS={hosts} but none of {', '.join(TASK_INDEX_VARS)} is set: "
+                "expected this node's index"
+            )
+        return 0
+
+    def devices_per_node(self) -> int:
+        """Processes per node: --nproc-per-node, else MA_NUM_GPUS (0 on a CPU job means 1)."""
+        if self.settings.nproc_per_node is not None:
+            if self.settings.nproc_per_node < 1:
+                raise bad_value("--nproc-per-node", self.settings.nproc_per_node, "an integer >= 1")
+            return self.settings.nproc_per_node
+        return max(1, self._int_var("MA_NUM_GPUS", 1, 0))
+
+    def job_name(self) -> str | None:
+        return self.env.get("MA_VJ_NAME") or None
+
+    def task_name(self) -> str:
+        return self.env.get("MA_TASK_NAME") or "worker"
+
+    def is_root(self) -> bool:
+        return self.uid == 0
+
+
+def resolve_command(command: Sequence[str], cwd: str, python: str) -> tuple[str, ...]:
+    """The argv that starts the user's script: a `.py` file runs under marun's own interpreter,
+    by absolute path (so it survives a per-device working directory); anything else is a command
+    found on PATH or by path."""
+    if not command:
+        raise InputError("no script given: expected `marun run [OPTIONS] -- SCRIPT [ARGS...]`")
+    script = command[0]
+    if script.endswith(".py"):
+        path = Path(cwd, script)
+        if not path.is_file():
+            raise bad_value("SCRIPT", script, f"an existing Python file (looked in {cwd})")
+        return (python, str(path.resolve()), *command[1:])
+    if os.sep in script:
+        path = Path(cwd, script)
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise bad_value("SCRIPT", script, "an existing executable file")
+        return (str(path.resolve()), *command[1:])
+    if shutil.which(script) is None:
+        raise bad_value("SCRIPT", script, "a command on PATH or a .py file")
+    return tuple(command)
+
+
+def read_platform(
+    command: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    settings: Settings | None = None,
+) -> Platform:
+    env = dict(os.environ if env is None else env)
+    cwd = cwd or os.getcwd()
+    user_words, appended = split_appended(command)
+    return Platform(
+        env=env,
+        command=user_words,
+        appended=appended,
+        cwd=cwd,
+        hostname=socket.gethostname(),
+        python=sys.executable,
+        settings=settings or Settings(),
+        uid=os.getuid(),
+    )

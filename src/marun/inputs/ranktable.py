@@ -1,0 +1,543 @@
+"""The Ascend rank table (`RANK_TABLE_FILE`): read, wait for, validate, and find this node in.
+
+Two formats are in use (PLATFORM.md), all values JSON strings:
+- group_list (seed 002; ModelArts' `jobstart_hccl.json`): groups of instances, each instance a
+  `server_id` with its `devices`. Groups whose device count is "0" are skipped. An instance's
+  `rank_id`, when given, is the rank of its first device (the rest follow); without one,
+  instances are ranked in the order of the trailing `-N` of their `pod_name`, group after group,
+  one rank per device (davincirun's rule). Instances sharing a `server_id` form one server (seed
+  002 lists 8 one-device instances on one server).
+- server_list (`"version": "1.0"`; `"1.2"` SuperPoD tables add `super_pod_list`, ignored here):
+  servers with a `host_nic_ip` and `device` entries that each carry their `rank_id`.
+
+Both become one `RankTable`: servers in the rank order of their first device, each with its
+devices in rank order. The table is the authority on which physical device a rank runs on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from marun.errors import InputError, bad_value
+from marun.inputs.hosts import is_ip
+from marun.inputs.injected import TASK_INDEX_VARS, Platform
+
+GROUP_LIST = "group_list"
+SERVER_LIST = "server_list"
+COMPLETED = "completed"
+INITIALIZING = "initializing"
+_POD_INDEX = re.compile(r"-(\d+)$")
+# This node's own address as the platform states it: container IP, then the physical host's
+# (a group_list `server_id` is usually the host's IP; davincirun matches MA_CURRENT_HOST_IP).
+_OWN_ADDRESS_VARS = ("MA_CURRENT_IP", "MA_CURRENT_HOST_IP")
+
+
+@dataclass(frozen=True)
+class Device:
+    device_id: int  # the physical device on its server
+    device_ip: str  # "" when the table gives none
+    rank: int
+
+
+@dataclass(frozen=True)
+class Server:
+    server_id: str
+    host_ip: str | None  # host_nic_ip (else container_ip), or server_id when that is an IP
+    devices: tuple[Device, ...]  # in rank order
+    pod_names: tuple[str, ...] = ()  # group_list: the instances (pods) on this server
+
+
+@dataclass(frozen=True)
+class RankTable:
+    path: str
+    format: str  # GROUP_LIST | SERVER_LIST
+    servers: tuple[Server, ...]  # in rank order of their first device
+
+    @property
+    def rank_size(self) -> int:
+        return sum(len(s.devices) for s in self.servers)
+
+    def device_of_rank(self, rank: int) -> tuple[int, Device]:
+        """(server index, device) of a job-wide rank."""
+        for index, server in enumerate(self.servers):
+            for device in server.devices:
+                if device.rank == rank:
+                    return index, device
+        raise bad_value("rank", rank, f"a rank from 0 to {self.rank_size - 1} in {self.path}")
+
+
+class RankTableNotReady(InputError):
+    """The table's status is still `initializing`: the platform has not filled it in yet."""
+
+
+# -- reading one value ------------------------------------------------------------------------
+
+
+class _Reader:
+    """Typed access to the parsed JSON that names the file and the field in every error."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def error(self, what: str) -> InputError:
+        return InputError(f"rank table {self.path}: {what}")
+
+    def bad(self, where: str, value: object, expected: str) -> InputError:
+        return self.error(f"{where}={value!r}: expected {expected}")
+
+    def obj(self, value: object, where: str) -> Mapping[str, Any]:
+        if not isinstance(value, dict):
+            raise self.bad(where, _short(value), "a JSON object")
+        return value
+
+    def items(self, data: Mapping[str, Any], key: str, where: str) -> Sequence[Any]:
+        value = data.get(key)
+        if value is None:
+            raise self.error(f"{_at(where, key)} is missing: expected a list")
+        if not isinstance(value, list):
+            raise self.bad(f"{_at(where, key)}", _short(value), "a list")
+        return value
+
+    def text(self, data: Mapping[str, Any], key: str, where: str, required: bool = True) -> str:
+        value = data.get(key)
+        if value is None:
+            if required:
+                raise self.error(f"{_at(where, key)} is missing: expected a string")
+            return ""
+        if not isinstance(value, str):
+            raise self.bad(f"{_at(where, key)}", _short(value), "a string")
+        return value
+
+    def integer(self, data: Mapping[str, Any], key: str, where: str) -> int | None:
+        """A non-negative integer, written as a string (the format) or as a JSON number."""
+        value = data.get(key)
+        if value is None:
+            return None
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        if isinstance(value, str) and value.strip().isdigit() and value.strip().isascii():
+            return int(value.strip())
+        raise self.bad(f"{_at(where, key)}", _short(value), "a non-negative integer")
+
+    def required_integer(self, data: Mapping[str, Any], key: str, where: str) -> int:
+        value = self.integer(data, key, where)
+        if value is None:
+            raise self.error(f"{_at(where, key)} is missing: expected a non-negative integer")
+        return value
+
+
+def _at(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _short(value: object) -> object:
+    """Keep a wrong value's repr to one short line in the error."""
+    if isinstance(value, (dict, list)):
+        return type(value).__name__
+    return value
+
+
+# -- the two formats --------------------------------------------------------------------------
+
+
+@dataclass
+class _Slot:
+    """A device on its way into a Server: where it came from, for error messages."""
+
+    server_id: str
+    host_ip: str | None
+    pod_name: str
+    device_id: int
+    device_ip: str
+    rank: int
+    where: str
+
+
+def _devices(r: _Reader, entry: Mapping[str, Any], key: str, where: str) -> list[tuple[int, str]]:
+    """(device_id, device_ip) of each device listed under `key`; at least one."""
+    out: list[tuple[int, str]] = []
+    for j, raw in enumerate(r.items(entry, key, where)):
+        dwhere = f"{where}.{key}[{j}]"
+        device = r.obj(raw, dwhere)
+        out.append(
+            (
+                r.required_integer(device, "device_id", dwhere),
+                r.text(device, "device_ip", dwhere, False),
+            )
+        )
+    if not out:
+        raise r.error(f"{where}.{key} is empty: expected at least one device")
+    return out
+
+
+@dataclass(frozen=True)
+class _Instance:
+    where: str
+    server_id: str
+    pod_name: str
+    rank_id: int | None
+    pod_index: int | None  # the trailing -N of pod_name
+    devices: tuple[tuple[int, str], ...]
+
+
+def _group_instances(r: _Reader, group: Mapping[str, Any], gwhere: str) -> list[_Instance]:
+    """A group's instances in file order; [] for a group with device count 0."""
+    key = "device_count" if "device_count" in group else "device_num"
+    device_count = r.integer(group, key, gwhere)
+    if device_count == 0:
+        return []  # a task of the job without devices (davincirun skips it too)
+    members = r.items(group, "instance_list", gwhere)
+    instance_count = r.integer(group, "instance_count", gwhere)
+    if instance_count is not None and instance_count != len(members):
+        raise r.error(
+            f"{gwhere}.instance_count={group['instance_count']!r} but its instance_list has "
+            f"{len(members)} instance(s)"
+        )
+    out = []
+    for i, raw in enumerate(members):
+        where = f"{gwhere}.instance_list[{i}]"
+        instance = r.obj(raw, where)
+        pod_name = r.text(instance, "pod_name", where, False)
+        match = _POD_INDEX.search(pod_name)
+        out.append(
+            _Instance(
+                where=where,
+                server_id=r.text(instance, "server_id", where),
+                pod_name=pod_name,
+                rank_id=r.integer(instance, "rank_id", where),
+                pod_index=int(match.group(1)) if match else None,
+                devices=tuple(_devices(r, instance, "devices", where)),
+            )
+        )
+    total = sum(len(inst.devices) for inst in out)
+    if device_count is not None and device_count != total:
+        raise r.error(f"{gwhere}.{key}={group[key]!r} but its instances list {total} device(s)")
+    return out
+
+
+def _by_pod_index(r: _Reader, instances: Sequence[_Instance]) -> list[_Instance]:
+    seen: dict[int, str] = {}
+    for inst in instances:
+        if inst.pod_index is None:
+            raise r.error(
+                f"{inst.where} has neither a rank_id nor a pod_name ending in -<index> "
+                f"(pod_name={inst.pod_name!r}): expected one of them to order the instances"
+            )
+        if inst.pod_index in seen:
+            raise r.error(
+                f"{inst.where}.pod_name={inst.pod_name!r} has the index {inst.pod_index} of "
+                f"{seen[inst.pod_index]} too: expected each index once"
+            )
+        seen[inst.pod_index] = inst.where
+    return sorted(instances, key=lambda inst: inst.pod_index or 0)
+
+
+def _group_list_slots(r: _Reader, data: Mapping[str, Any]) -> list[_Slot]:
+    groups = r.items(data, "group_list", "")
+    count = r.integer(data, "group_count", "")
+    if count is not None and count != len(groups):
+        raise r.error(
+            f"group_count={data['group_count']!r} but group_list has {len(groups)} group(s)"
+        )
+    per_group = [
+        _group_instances(r, r.obj(g, f"group_list[{i}]"), f"group_list[{i}]")
+        for i, g in enumerate(groups)
+    ]
+    instances = [inst for group in per_group for inst in group]
+    explicit = any(inst.rank_id is not None for inst in instances)
+    if explicit:
+        lacking = next((inst for inst in instances if inst.rank_id is None), None)
+        if lacking is not None:
+            raise r.error(
+                f"{lacking.where} has no rank_id while other instances have one: expected "
+                "rank_id on every instance or on none"
+            )
+    else:
+        # davincirun's order: by pod index within a group, group after group.
+        instances = [inst for group in per_group for inst in _by_pod_index(r, group)]
+    slots: list[_Slot] = []
+    next_rank = 0
+    for inst in instances:
+        first = next_rank if inst.rank_id is None else inst.rank_id
+        host_ip = inst.server_id if is_ip(inst.server_id) else None
+        for j, (device_id, device_ip) in enumerate(inst.devices):
+            where = f"{inst.where}.devices[{j}]"
+            slots.append(
+                _Slot(
+                    inst.server_id, host_ip, inst.pod_name, device_id, device_ip, first + j, where
+                )
+            )
+        next_rank = first + len(inst.devices)
+    return slots
+
+
+def _server_list_slots(r: _Reader, data: Mapping[str, Any]) -> list[_Slot]:
+    servers = r.items(data, "server_list", "")
+    count = r.integer(data, "server_count", "")
+    if count is not None and count != len(servers):
+        raise r.error(
+            f"server_count={data['server_count']!r} but server_list has {len(servers)} server(s)"
+        )
+    seen: dict[str, str] = {}
+    slots: list[_Slot] = []
+    for s, raw_server in enumerate(servers):
+        swhere = f"server_list[{s}]"
+        server = r.obj(raw_server, swhere)
+        server_id = r.text(server, "server_id", swhere)
+        if server_id in seen:
+            raise r.error(
+                f"{swhere}.server_id={server_id!r} is also that of {seen[server_id]}: "
+                "expected each server once"
+            )
+        seen[server_id] = swhere
+        # The address this server's processes hold: the host NIC's, else the container's (MindIE
+        # and SuperPoD tables give container_ip, server_id being the physical host).
+        # Only addresses count: MindSpore's own example tables write "host_nic_ip": "reserve".
+        candidates = (
+            r.text(server, "host_nic_ip", swhere, False),
+            r.text(server, "container_ip", swhere, False),
+            server_id,
+        )
+        host_ip = next((c for c in candidates if c and is_ip(c)), None)
+        entries = r.items(server, "device", swhere)
+        if not entries:
+            raise r.error(f"{swhere}.device is empty: expected at least one device")
+        for j, raw_device in enumerate(entries):
+            dwhere = f"{swhere}.device[{j}]"
+            device = r.obj(raw_device, dwhere)
+            slots.append(
+                _Slot(
+                    server_id,
+                    host_ip,
+                    "",
+                    r.required_integer(device, "device_id", dwhere),
+                    r.text(device, "device_ip", dwhere, False),
+                    r.required_integer(device, "rank_id", dwhere),
+                    dwhere,
+                )
+            )
+    return slots
+
+
+def _check_ranks(r: _Reader, slots: Sequence[_Slot]) -> None:
+    if not slots:
+        raise r.error("lists no devices: expected at least one device with a rank")
+    by_rank: dict[int, _Slot] = {}
+    for slot in slots:
+        if slot.rank in by_rank:
+            raise r.error(
+                f"rank {slot.rank} is given twice ({by_rank[slot.rank].where} and {slot.where}): "
+                "expected each rank_id once"
+            )
+        by_rank[slot.rank] = slot
+    for rank in range(len(slots)):
+        if rank not in by_rank:
+            raise r.error(
+                f"rank {rank} is missing (ranks go up to {max(by_rank)}): expected ranks "
+                f"0 to {len(slots) - 1} with no gap"
+            )
+    by_device: dict[tuple[str, int], _Slot] = {}
+    for slot in slots:
+        key = (slot.server_id, slot.device_id)
+        if key in by_device:
+            raise r.error(
+                f"device_id {slot.device_id} appears twice on server {slot.server_id!r} "
+                f"({by_device[key].where} and {slot.where}): expected each device once per server"
+            )
+        by_device[key] = slot
+
+
+def _servers(slots: Sequence[_Slot]) -> tuple[Server, ...]:
+    grouped: dict[str, list[_Slot]] = {}
+    for slot in sorted(slots, key=lambda s: s.rank):
+        grouped.setdefault(slot.server_id, []).append(slot)
+    servers = []
+    for server_id, members in grouped.items():  # dicts keep insertion order: first-rank order
+        pods = tuple(dict.fromkeys(m.pod_name for m in members if m.pod_name))
+        servers.append(
+            Server(
+                server_id=server_id,
+                host_ip=members[0].host_ip,
+                devices=tuple(Device(m.device_id, m.device_ip, m.rank) for m in members),
+                pod_names=pods,
+            )
+        )
+    return tuple(servers)
+
+
+# -- the file ---------------------------------------------------------------------------------
+
+
+def _document(text: str, path: str) -> tuple[Mapping[str, Any], str]:
+    """The parsed JSON object and its status, or InputError."""
+    r = _Reader(path)
+    if not text.strip():
+        raise r.error("the file is empty: expected a JSON rank table")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise r.error(f"not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg})") from None
+    if not isinstance(data, dict):
+        raise r.error(f"top level is a JSON {type(data).__name__}: expected a JSON object")
+    status = data.get("status")
+    if status is None:
+        raise r.error(f"status is missing: expected {COMPLETED!r}")
+    if status not in (COMPLETED, INITIALIZING):
+        raise r.bad("status", _short(status), f"{COMPLETED!r} or {INITIALIZING!r}")
+    return data, status
+
+
+def parse_rank_table(text: str, path: str) -> RankTable:
+    """Parse and validate a rank table. InputError (one line naming `path`) on bad input;
+    `RankTableNotReady` when its status is still `initializing`."""
+    data, status = _document(text, path)
+    r = _Reader(path)
+    if status == INITIALIZING:
+        raise RankTableNotReady(f"rank table {path}: status={status!r}: expected {COMPLETED!r}")
+    has_groups, has_servers = GROUP_LIST in data, SERVER_LIST in data
+    if has_groups == has_servers:
+        raise r.error(
+            "expected exactly one of group_list (ModelArts jobstart_hccl.json) and server_list "
+            '("version": "1.0")' + (", found both" if has_groups else ", found neither")
+        )
+    fmt = GROUP_LIST if has_groups else SERVER_LIST
+    slots = _group_list_slots(r, data) if has_groups else _server_list_slots(r, data)
+    _check_ranks(r, slots)
+    return RankTable(path=path, format=fmt, servers=_servers(slots))
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except UnicodeDecodeError:
+        raise InputError(f"rank table {path}: not UTF-8 text: expected a JSON rank table") from None
+    except OSError as exc:
+        raise InputError(f"rank table {path}: cannot read it ({exc.strerror})") from None
+
+
+def load_rank_table(path: str, timeout: float, interval: float = 1.0) -> RankTable:
+    """Read the table, re-reading every `interval` seconds while its status is `initializing`
+    (the platform writes the device addresses once every pod is placed), for at most `timeout`
+    seconds. Once the table has been seen initializing, a read that fails to parse is taken for
+    the platform's rewrite in progress and retried too; the last error is reported at the end."""
+    deadline = time.monotonic() + max(0.0, timeout)
+    waited = False
+    while True:
+        try:
+            return parse_rank_table(_read(path), path)
+        except RankTableNotReady:
+            if not waited:
+                from marun.runtime.log import get_logger
+
+                get_logger().info(
+                    "waiting for rank table", path=path, status=INITIALIZING, timeout=timeout
+                )
+            waited = True
+            last: InputError = InputError(
+                f"rank table {path}: status is still {INITIALIZING!r} after waiting "
+                f"{timeout:g}s: expected {COMPLETED!r} (raise ranktable_timeout, "
+                "MARUN_RANKTABLE_TIMEOUT, to wait longer)"
+            )
+        except InputError as exc:
+            if not waited:
+                raise
+            last = exc
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise last
+        time.sleep(min(interval, remaining))
+
+
+# -- which server is this node ----------------------------------------------------------------
+
+
+def rank_id_from_env(platform: Platform, table: RankTable) -> int | None:
+    """RANK_ID as the platform set it for this device, validated against the table."""
+    raw = platform.env.get("RANK_ID", "")
+    if raw.strip() == "":
+        return None
+    text = raw.strip()
+    if not (text.isascii() and text.isdigit()) or int(text) >= table.rank_size:
+        raise bad_value(
+            "RANK_ID",
+            raw,
+            f"an integer from 0 to {table.rank_size - 1} (rank table {table.path} has "
+            f"{table.rank_size} ranks)",
+        )
+    return int(text)
+
+
+def _local_addresses(platform: Platform) -> set[str]:
+    from marun.inputs.nic import ipv4_by_interface
+
+    found = {a for addrs in ipv4_by_interface().values() for a in addrs}
+    found.update(platform.env[v].strip() for v in _OWN_ADDRESS_VARS if platform.env.get(v))
+    return found
+
+
+def _node_index(platform: Platform, table: RankTable) -> int | None:
+    """The platform's node index, if it gives one, checked against the table's servers."""
+    name = next((n for n in TASK_INDEX_VARS if platform.env.get(n, "").strip()), None)
+    if name is None:
+        return None
+    raw = platform.env[name]
+    if platform.env.get("MA_NUM_HOSTS", "").strip():
+        index = platform.node_index()  # validates it against MA_NUM_HOSTS
+    elif raw.strip().isascii() and raw.strip().isdigit():
+        index = int(raw.strip())
+    else:
+        raise bad_value(name, raw, "an integer >= 0")
+    if index >= len(table.servers):
+        raise bad_value(
+            name,
+            raw,
+            f"an index below {len(table.servers)}, the servers in rank table {table.path}",
+        )
+    return index
+
+
+def this_server_index(platform: Platform, table: RankTable) -> int:
+    """Which of the table's servers this node is, by the first of: RANK_ID's server; the
+    server holding this pod (MA_CURRENT_INSTANCE_NAME, group_list tables); the node index
+    (MA_TASK_INDEX/VC_TASK_INDEX/VK_TASK_INDEX; the platform numbers pods in the table's order);
+    the server whose server_id or host_ip is one of this machine's addresses or MA_CURRENT_IP /
+    MA_CURRENT_HOST_IP; the only server."""
+    rank = rank_id_from_env(platform, table)
+    if rank is not None:
+        return table.device_of_rank(rank)[0]
+    pod = platform.env.get("MA_CURRENT_INSTANCE_NAME", "").strip()
+    if pod:
+        holding = [i for i, server in enumerate(table.servers) if pod in server.pod_names]
+        if holding:
+            return holding[0]
+    node = _node_index(platform, table)
+    if node is not None:
+        return node
+    addresses = _local_addresses(platform)
+    matches = [
+        i
+        for i, s in enumerate(table.servers)
+        if s.server_id in addresses or (s.host_ip is not None and s.host_ip in addresses)
+    ]
+    if len(matches) == 1:
+        return matches[0]
+    if len(table.servers) == 1:
+        return 0
+    ids = ", ".join(s.server_id for s in table.servers)
+    if matches:
+        both = ", ".join(table.servers[i].server_id for i in matches)
+        raise InputError(
+            f"rank table {table.path}: servers {both} "
+            "all hold addresses of this machine: expected exactly one; set VC_TASK_INDEX or "
+            "RANK_ID to say which node this is"
+        )
+    raise InputError(
+        f"rank table {table.path}: none of its servers ({ids}) is this machine: expected "
+        "RANK_ID, VC_TASK_INDEX, MA_CURRENT_IP or an interface address to match one"
+    )

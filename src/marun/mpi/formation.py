@@ -1,0 +1,311 @@
+"""Cluster formation on node 0: every host resolved and every peer's sshd letting us in, all
+hosts at once, within one time-out.
+
+Each host is checked in a thread of its own, with bounded retries and jittered exponential
+backoff (tenacity): its name resolved to an IPv4 address (DNS for a pod's name can appear after
+the pod starts: Volcano #1972, #452), then, for a peer, its sshd port connected to, then an ssh
+login running `true` with exactly the ssh options mpirun will use. The host running the
+formation is only resolved (mpirun starts its ranks without ssh). A line `k/N hosts ready` is
+printed while hosts come in; when the time-out passes, every host not ready is named with the
+last reason it was not: no DNS answer, port closed or unreachable, auth refused, ssh failed.
+
+run_mpi.sh resolved one host at a time with a `sleep 1` each (17 minutes for 1,000 hosts) and
+waited forever; here the wait is as long as the slowest host, and bounded.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from marun.errors import MarunError
+from marun.inputs.hosts import is_ipv4
+
+MAX_THREADS = 256  # hosts checked at once; the rest queue (a waiting thread costs little)
+SSH_AT_ONCE = 32  # ssh logins at once: each costs node 0 a handshake's CPU
+CONNECT_TIMEOUT = 2.0
+SSH_TIMEOUT = 30.0
+TICK = 0.2  # how often the waiting thread looks at the clock and the stop event
+PROGRESS_EVERY = 1.0  # at most one progress line a second while hosts come in
+REMIND_EVERY = 10.0  # and one every 10 s while nothing changes
+SHOWN_WAITING = 3  # hosts named in a progress line
+
+Resolver = Callable[[str], str]
+Reporter = Callable[[str], None]
+
+
+class NotReady(Exception):
+    """One check of one host failed; the message says why, in the words the user will see."""
+
+
+class OutOfTime(NotReady):
+    """A check cut short by the time-out: an earlier attempt's reason says more, when there is
+    one."""
+
+
+class FormationError(MarunError):
+    """The cluster did not form: some host was not ready in time, or formation was stopped."""
+
+    def __init__(self, message: str, interrupted: bool = False) -> None:
+        super().__init__(message)
+        self.interrupted = interrupted
+
+
+@dataclass
+class HostCheck:
+    index: int
+    name: str
+    address: str | None = None
+    ready: bool = False
+    problem: str = "not checked yet"
+    tried: bool = False  # a check has failed at least once: `problem` is its reason
+
+    def label(self) -> str:
+        where = f" ({self.address})" if self.address and self.address != self.name else ""
+        return f"node {self.index} {self.name}{where}"
+
+
+def resolve_ipv4_once(name: str) -> str:
+    """One lookup of `name`'s IPv4 address; NotReady when there is none (yet)."""
+    if is_ipv4(name):
+        return name
+    try:
+        infos = socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)
+    except OSError as exc:
+        raise NotReady(f"no DNS answer ({exc.strerror or exc})") from None
+    return str(infos[0][4][0])
+
+
+def probe_port(address: str, port: int, timeout: float) -> None:
+    """Connect to `address:port` and hang up; NotReady says how it failed."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout):
+            pass
+    except ConnectionRefusedError:
+        raise NotReady(f"port {port} closed (connection refused)") from None
+    except socket.timeout:
+        raise NotReady(f"port {port} unreachable (no answer within {timeout:.3g}s)") from None
+    except OSError as exc:
+        raise NotReady(f"port {port} unreachable ({exc.strerror or exc})") from None
+
+
+def ssh_problem(returncode: int, stderr: str, port: int) -> str:
+    """Why an ssh login failed, from ssh's exit status and messages."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    last = lines[-1] if lines else "no message"
+    text = stderr.lower()
+    if "permission denied" in text:
+        return f"auth refused ({last})"
+    if "connection refused" in text:
+        return f"port {port} closed (connection refused)"
+    if "host key verification failed" in text:
+        return f"host key verification failed ({last})"
+    return f"ssh login failed (exit {returncode}: {last})"
+
+
+class Formation:
+    """Check `hosts` (index i = node i) until all are ready or `timeout` seconds have passed.
+
+    `ssh_command` is the ssh client argv up to the host (`ssh -p PORT -i KEY -o ...`), None to
+    check the port only. `local` is the index of the host running the formation (resolved only;
+    None checks every host). `stop` ends the wait early (a signal), as a failure.
+    """
+
+    def __init__(
+        self,
+        hosts: Sequence[str],
+        port: int,
+        ssh_command: Sequence[str] | None,
+        timeout: float,
+        *,
+        local: int | None = 0,
+        resolve: Resolver = resolve_ipv4_once,
+        report: Reporter | None = None,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self.checks = [HostCheck(i, name) for i, name in enumerate(hosts)]
+        self._port = port
+        self._ssh = list(ssh_command) if ssh_command is not None else None
+        self._timeout = timeout
+        self._local = local
+        self._resolve = resolve
+        self._report = report or (lambda line: None)
+        self._stop = stop or threading.Event()
+        self._halt = threading.Event()  # tells the checking threads to give up
+        self._ssh_slots = threading.BoundedSemaphore(SSH_AT_ONCE)
+        self._lock = threading.Lock()
+        self._deadline = 0.0
+
+    # -- the waiting thread -----------------------------------------------------------------
+
+    def run(self) -> list[str]:
+        """Every host's IPv4 address, in host order; FormationError when not all are ready."""
+        from concurrent.futures import ThreadPoolExecutor, wait
+
+        started = time.monotonic()
+        self._deadline = started + self._timeout
+        total = len(self.checks)
+        pool = ThreadPoolExecutor(
+            max_workers=max(1, min(total, MAX_THREADS)), thread_name_prefix="marun-formation"
+        )
+        try:
+            pending = {pool.submit(self._until_ready, check) for check in self.checks}
+            shown, shown_at = -1, started
+            while pending and not self._stop.is_set():
+                now = time.monotonic()
+                if now >= self._deadline:
+                    break
+                _, pending = wait(pending, timeout=min(TICK, self._deadline - now))
+                ready = self.ready_count()
+                now = time.monotonic()
+                if pending and (
+                    (ready != shown and now - shown_at >= PROGRESS_EVERY)
+                    or now - shown_at >= REMIND_EVERY
+                ):
+                    self._report(self.progress())
+                    shown, shown_at = ready, now
+        finally:
+            self._halt.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+        elapsed = time.monotonic() - started
+        if self._stop.is_set() and self.ready_count() < total:
+            raise FormationError(
+                f"cluster formation stopped after {elapsed:.1f}s with "
+                f"{self.ready_count()}/{total} hosts ready",
+                interrupted=True,
+            )
+        missing = self.missing()
+        if missing:
+            lines = [
+                f"cluster formation failed: {len(missing)} of {total} hosts not ready within "
+                f"formation_timeout={self._timeout:g}s:"
+            ]
+            lines += [f"  {check.label()}: {check.problem}" for check in missing]
+            raise FormationError("\n".join(lines))
+        addresses = [check.address or "" for check in self.checks]
+        self._refuse_shared_addresses(addresses)
+        self._report(f"cluster formation: {total}/{total} hosts ready in {elapsed:.1f}s")
+        return addresses
+
+    def ready_count(self) -> int:
+        with self._lock:
+            return sum(check.ready for check in self.checks)
+
+    def missing(self) -> list[HostCheck]:
+        with self._lock:
+            return [check for check in self.checks if not check.ready]
+
+    def progress(self) -> str:
+        missing = self.missing()
+        total = len(self.checks)
+        line = f"cluster formation: {total - len(missing)}/{total} hosts ready"
+        if missing:
+            named = [f"{c.label()}: {c.problem}" for c in missing[:SHOWN_WAITING]]
+            more = len(missing) - SHOWN_WAITING
+            line += "; waiting for " + "; ".join(named) + (f"; and {more} more" if more > 0 else "")
+        return line
+
+    def _refuse_shared_addresses(self, addresses: Sequence[str]) -> None:
+        seen: dict[str, int] = {}
+        for index, address in enumerate(addresses):
+            if address in seen:
+                first = self.checks[seen[address]]
+                raise FormationError(
+                    f"cluster formation failed: {first.label()} and "
+                    f"{self.checks[index].label()} are the same address: expected one address "
+                    "per node (check VC_<TASK>_HOSTS or the hosts' DNS records)"
+                )
+            seen[address] = index
+
+    # -- the checking threads ---------------------------------------------------------------
+
+    def _until_ready(self, check: HostCheck) -> None:
+        from tenacity import Retrying, retry_if_exception_type, wait_random_exponential
+
+        retrying = Retrying(
+            retry=retry_if_exception_type(NotReady),
+            stop=lambda _: self._over(),
+            wait=wait_random_exponential(multiplier=0.1, max=2.0),
+            sleep=self._sleep,
+            reraise=True,
+        )
+        try:
+            retrying(self._check, check)
+        except NotReady:
+            pass  # gave up: check.problem says why
+        except Exception as exc:  # a bug or an odd resolver: this host's problem, not everyone's
+            with self._lock:
+                check.problem = f"check failed: {exc!r}"
+
+    def _over(self) -> bool:
+        return self._halt.is_set() or time.monotonic() >= self._deadline
+
+    def _sleep(self, seconds: float) -> None:
+        self._halt.wait(max(0.0, min(seconds, self._deadline - time.monotonic())))
+
+    def _check(self, check: HostCheck) -> None:
+        try:
+            if check.address is None:
+                address = self._resolve(check.name)
+                with self._lock:
+                    check.address = address
+            assert check.address is not None
+            if check.index != self._local:
+                self._probe_port(check.address)
+                if self._ssh is not None:
+                    with self._ssh_slots:
+                        self._ssh_login(check.address)
+        except NotReady as exc:
+            with self._lock:
+                if not (isinstance(exc, OutOfTime) and check.tried):
+                    check.problem = str(exc)
+                check.tried = True
+            raise
+        with self._lock:
+            check.ready = True
+            check.problem = "ready"
+
+    def _probe_port(self, address: str) -> None:
+        limit = self._attempt_timeout(CONNECT_TIMEOUT)
+        try:
+            probe_port(address, self._port, limit)
+        except NotReady as exc:
+            if limit < CONNECT_TIMEOUT and self._over():
+                raise OutOfTime(str(exc)) from None
+            raise
+
+    def _attempt_timeout(self, cap: float) -> float:
+        return max(0.1, min(cap, self._deadline - time.monotonic()))
+
+    def _ssh_login(self, address: str) -> None:
+        assert self._ssh is not None
+        if self._over():
+            raise OutOfTime("ssh login not tried before the time-out")
+        limit = self._attempt_timeout(SSH_TIMEOUT)
+        try:
+            proc = subprocess.Popen(
+                [*self._ssh, address, "true"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        except OSError as exc:
+            raise NotReady(f"ssh could not start ({exc.strerror})") from None
+        ends = time.monotonic() + limit
+        while True:
+            try:
+                _, err = proc.communicate(timeout=TICK)
+                break
+            except subprocess.TimeoutExpired:
+                if self._halt.is_set() or time.monotonic() >= ends:
+                    proc.kill()
+                    proc.communicate()
+                    cut = OutOfTime if self._over() else NotReady
+                    raise cut(f"ssh login did not finish within {limit:.3g}s") from None
+        if proc.returncode != 0:
+            raise NotReady(ssh_problem(proc.returncode, err or "", self._port))

@@ -1,0 +1,366 @@
+"""Node 0's agent in MPI mode: form the cluster, run mpirun, tell every node how the job ended.
+
+    python -m marun.mpi.leader --hostfile R/hostfile --port 36666 --formation-timeout 600
+        [--watch-port 36667] -- mpirun ... SCRIPT ARGS...
+
+1. Listens on the watch port (when given): the other nodes connect to it now and then to know
+   node 0 is alive; it only accepts and hangs up.
+2. Forms the cluster (marun.mpi.formation): every host of the planned hostfile resolved and
+   every peer's sshd letting node 0 in, with the ssh options mpirun will use (its
+   `plm_rsh_args`), all in parallel, within `--formation-timeout`.
+3. Rewrites the hostfile with the addresses (`<addr> slots=<n>`), so Open MPI never waits on
+   DNS, and runs mpirun as its child, in its own process group: a signal the supervisor relays to
+   the group reaches mpirun too, which stops the ranks on every node. mpirun's stderr passes
+   through unchanged; its report of the first failing rank is picked out of it.
+4. Tells every other node the job's status over ssh (`python -m marun.mpi.follower notify`),
+   each node's own follower then exits with it, and exits with that status itself: mpirun's
+   (a rank's exit code comes back through it), 128+N when signal N stopped the job, 1 when the
+   cluster did not form (then the nodes that could be reached are told to stop).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+
+from marun.errors import MarunError, bad_value
+
+EXIT_NO_CLUSTER = 1
+SHOWN_MISSING = 3  # hosts named in what the other nodes are told when the cluster did not form
+NOTIFY_TIMEOUT = 30.0
+NOTIFY_AT_ONCE = 32
+DRAIN_WAIT = 2.0  # after mpirun ends, how long its stderr may stay open (a rank's daemon)
+STOPPING = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+PASSED_ON = (signal.SIGUSR1, signal.SIGUSR2)  # mpirun forwards these to the ranks itself
+
+_TAGGED = re.compile(r"^\[\d+,\d+\]<")  # --tag-output: a rank's own line, never mpirun's report
+_PROCESS_NAME = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]")
+_EXIT_CODE = re.compile(r"Exit code:\s*(\d+)")
+_SIGNALLED = re.compile(
+    r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)(?: \(([^)]*)\))?"
+)
+
+
+def say(text: str) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        for line in text.splitlines():
+            sys.stderr.write(f"marun: {line}\n")
+        sys.stderr.flush()
+
+
+# -- the hostfile -------------------------------------------------------------------------------
+
+
+def read_hostfile(path: str) -> list[tuple[str, str]]:
+    """(host, the rest of its line) for each host line of an Open MPI hostfile."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise bad_value("hostfile", path, f"a readable file ({exc.strerror})") from None
+    entries = []
+    for line in text.splitlines():
+        words = line.split("#", 1)[0].split()
+        if words:
+            entries.append((words[0], " ".join(words[1:])))
+    if not entries:
+        raise bad_value("hostfile", path, "one `<host> slots=<n>` line per node")
+    return entries
+
+
+def write_hostfile(path: str, entries: Sequence[tuple[str, str]]) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write("".join(f"{host} {rest}".rstrip() + "\n" for host, rest in entries))
+    os.replace(tmp, path)
+
+
+def rsh_args(mpirun_argv: Sequence[str]) -> list[str]:
+    """The ssh options mpirun will use: the last `--mca plm_rsh_args VALUE`, split as Open MPI
+    splits it (at spaces)."""
+    found: list[str] = []
+    for i, word in enumerate(mpirun_argv[:-2]):
+        if word in ("--mca", "-mca") and mpirun_argv[i + 1] == "plm_rsh_args":
+            found = mpirun_argv[i + 2].split()
+    return found
+
+
+# -- what mpirun says about the first failure ---------------------------------------------------
+
+
+class FailureScanner:
+    """Reads mpirun's stderr as it passes and keeps its report of the first failing rank."""
+
+    def __init__(self) -> None:
+        self.first: str | None = None
+        self._rank: str | None = None
+        self._partial = b""
+
+    def feed(self, data: bytes) -> None:
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()[-4096:]
+        for raw in lines:
+            self._line(raw.decode(errors="replace"))
+
+    def _line(self, line: str) -> None:
+        if self.first is not None or _TAGGED.match(line):
+            return
+        found = _PROCESS_NAME.search(line)
+        if found:
+            self._rank = found.group(1)
+            return
+        found = _EXIT_CODE.search(line)
+        if found and self._rank is not None:
+            self.first = f"rank {self._rank} exited with code {found.group(1)} first"
+            return
+        found = _SIGNALLED.search(line)
+        if found:
+            rank, node, number, name = found.groups()
+            what = f"signal {number}" + (f" ({name})" if name else "")
+            self.first = f"rank {rank} on {node} was ended by {what} first"
+
+
+def run_mpirun(argv: Sequence[str]) -> tuple[int, str | None]:
+    """Run mpirun to its end: (its status as a shell reports it, the first failing rank)."""
+    scanner = FailureScanner()
+    try:
+        proc = subprocess.Popen(list(argv), stderr=subprocess.PIPE)
+    except OSError as exc:
+        say(f"cannot start {argv[0]!r}: {exc.strerror}")
+        return 127, None
+    assert proc.stderr is not None
+    source = proc.stderr.fileno()
+
+    def copy() -> None:
+        while True:
+            try:
+                data = os.read(source, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            with contextlib.suppress(OSError):
+                _write_all(2, data)
+            scanner.feed(data)
+
+    reader = threading.Thread(target=copy, name="marun-mpirun-stderr", daemon=True)
+    reader.start()
+    code = proc.wait()
+    reader.join(DRAIN_WAIT)
+    return (128 - code if code < 0 else code), scanner.first
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+# -- the other nodes ----------------------------------------------------------------------------
+
+
+class WatchListener:
+    """Accepts and hangs up on every connection: the other nodes' sign that node 0 lives."""
+
+    def __init__(self, port: int) -> None:
+        try:
+            self._sock = socket.create_server(("", port), backlog=128)
+        except OSError as exc:
+            raise MarunError(
+                f"node 0 cannot listen on mpi_watch_port={port}: {exc.strerror} (the other "
+                "nodes watch node 0 there; choose a free port with MARUN_MPI_WATCH_PORT)"
+            ) from None
+        thread = threading.Thread(target=self._serve, name="marun-watch", daemon=True)
+        thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            conn.close()
+
+
+def notify(
+    peers: Sequence[tuple[int, str, str]],
+    status: int,
+    reason: str,
+    ssh_command: Sequence[str],
+) -> None:
+    """Tell each (index, name, address) peer the job's status, all at once, bounded in time."""
+    if not peers:
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    follower = (sys.executable, "-m", "marun.mpi.follower")
+    remote = shlex.join([*follower, "notify", "--status", str(status), "--reason", reason])
+
+    def tell(peer: tuple[int, str, str]) -> str | None:
+        index, name, address = peer
+        try:
+            res = subprocess.run(
+                [*ssh_command, address, remote],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=NOTIFY_TIMEOUT,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            problem = f"no answer within {NOTIFY_TIMEOUT:g}s"
+        except OSError as exc:
+            problem = f"ssh could not start ({exc.strerror})"
+        else:
+            if res.returncode == 0:
+                return None
+            lines = [line for line in res.stderr.splitlines() if line.strip()]
+            problem = f"exit {res.returncode}: {lines[-1] if lines else 'no message'}"
+        return (
+            f"could not tell node {index} {name} the job's status ({problem}): it stops on its own"
+        )
+
+    with ThreadPoolExecutor(max_workers=min(len(peers), NOTIFY_AT_ONCE)) as pool:
+        for problem in pool.map(tell, peers):
+            if problem:
+                say(problem)
+
+
+# -- the whole run ------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m marun.mpi.leader")
+    parser.add_argument("--hostfile", required=True)
+    parser.add_argument("--port", type=int, required=True, help="every node's sshd port")
+    parser.add_argument("--formation-timeout", type=float, required=True)
+    parser.add_argument("--watch-port", type=int, help="node 0's liveness port")
+    return parser
+
+
+class Signals:
+    """The first stopping signal, caught so that the job's end is still reported to every node.
+    A signal the supervisor relays reaches mpirun by the process group; nothing to pass on."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.event = threading.Event()
+        for signum in STOPPING:
+            signal.signal(signum, self._stop)
+        for signum in PASSED_ON:
+            signal.signal(signum, self._ignore)
+
+    def _stop(self, signum: int, frame: FrameType | None) -> None:
+        if self.received is None:
+            self.received = signum
+        self.event.set()
+
+    def _ignore(self, signum: int, frame: FrameType | None) -> None:
+        """Not SIG_IGN: an ignored signal would stay ignored in mpirun and the ranks."""
+
+    def status(self) -> int | None:
+        return None if self.received is None else 128 + self.received
+
+    def name(self) -> str:
+        return signal.Signals(self.received).name if self.received else ""
+
+
+def launch(args: argparse.Namespace, mpirun_argv: Sequence[str]) -> int:
+    signals = Signals()
+    entries = read_hostfile(args.hostfile)
+    peers: list[tuple[int, str, str]] = []
+    ssh_command: list[str] = []
+    if len(entries) > 1:
+        from marun.mpi.formation import FormationError
+        from marun.mpi.ssh_keys import find_tool
+
+        ssh_command = [find_tool("ssh"), *rsh_args(mpirun_argv)]
+        try:
+            addresses = form_cluster(args, [host for host, _ in entries], ssh_command, signals)
+        except FormationError as exc:
+            return exc.exit_code
+        write_hostfile(args.hostfile, [(a, rest) for a, (_, rest) in zip(addresses, entries)])
+        peers = [(i, entries[i][0], addresses[i]) for i in range(1, len(entries))]
+    if signals.received is not None:
+        status = signals.status() or EXIT_NO_CLUSTER
+        notify(peers, status, f"node 0 received {signals.name()} before mpirun", ssh_command)
+        return status
+    code, first = run_mpirun(mpirun_argv)
+    interrupted = signals.status()
+    status = interrupted if interrupted is not None else code
+    if interrupted is not None:
+        reason = f"node 0 received {signals.name()}; mpirun exited with status {code}"
+    elif code == 0:
+        reason = "mpirun finished"
+    else:
+        reason = f"mpirun exited with status {code}" + (f" ({first})" if first else "")
+    if status != 0:
+        say(reason)
+    notify(peers, status, reason, ssh_command)
+    return status
+
+
+def form_cluster(
+    args: argparse.Namespace, hosts: Sequence[str], ssh_command: Sequence[str], signals: Signals
+) -> list[str]:
+    """The hosts' addresses once every peer lets node 0 in. When that does not happen, the
+    peers that did are told the job failed, and FormationError carries node 0's exit code."""
+    from marun.mpi.formation import Formation, FormationError
+
+    if args.watch_port:
+        WatchListener(args.watch_port)
+    say(
+        f"cluster formation: checking {len(hosts)} hosts (sshd port {args.port}, "
+        f"formation_timeout={args.formation_timeout:g}s)"
+    )
+    formation = Formation(
+        hosts, args.port, ssh_command, args.formation_timeout, report=say, stop=signals.event
+    )
+    try:
+        return formation.run()
+    except FormationError as exc:
+        say(str(exc))
+        if exc.interrupted:
+            status = signals.status() or EXIT_NO_CLUSTER
+            reason = f"node 0 received {signals.name()} during cluster formation"
+        else:
+            status = EXIT_NO_CLUSTER
+            missing = formation.missing()
+            named = [f"{c.label()}: {c.problem}" for c in missing[:SHOWN_MISSING]]
+            more = len(missing) - SHOWN_MISSING
+            reason = "the cluster did not form: " + "; ".join(named)
+            reason += f"; and {more} more (see node 0)" if more > 0 else ""
+        ready = [(c.index, c.name, c.address or c.name) for c in formation.checks[1:] if c.ready]
+        notify(ready, status, reason, ssh_command)
+        exc.exit_code = status
+        raise
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from marun.mpi.helper_argv import split_command
+
+    try:
+        ours, mpirun_argv = split_command(
+            sys.argv[1:] if argv is None else argv,
+            "python -m marun.mpi.leader --hostfile FILE --port N --formation-timeout S "
+            "[--watch-port N] -- mpirun ...",
+        )
+        return launch(_parser().parse_args(ours), mpirun_argv)
+    except MarunError as exc:
+        say(f"error: {exc}")
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,533 @@
+"""MPI mode (the platform's Horovod, MPI and MindSpore-GPU engines): sshd on every node, mpirun
+on node 0. It replaces the platform's `run_mpi.sh` (seed 004); docs/mpi.md tells the whole story.
+
+This module only plans; `marun run` carries the plan out. Every node runs two processes:
+- `sshd` (a daemon): `python -m marun.mpi.sshd_bootstrap` makes the run directory private, generates
+  the host key (and the per-job client key of a single-node job without a mounted key), refuses
+  an sshd whose `sshd -T` accepts passwords, then execs `sshd -D -e -f <run>/sshd_config`.
+- node 0: `mpi-launcher` (`python -m marun.mpi.leader ... -- mpirun ...`) forms the cluster
+  (every host resolved and every peer's sshd letting node 0 in, all at once, within
+  `formation_timeout`), rewrites the hostfile with addresses, runs mpirun, tells every other node
+  the job's status over ssh and exits with it.
+- other nodes: `mpi-follower` (`python -m marun.mpi.follower wait ...`) exits with the status
+  node 0 reports, or non-zero when node 0 goes silent for `peer_timeout` seconds.
+
+Every generated file lives in the run directory, `<run_dir>/<MA_VJ_NAME or "local">` (file
+names in marun.mpi.run_dir). Choices a reviewer should know:
+- The hostfile in the plan lists host NAMES (`<host> slots=<n>`). Once the cluster has formed,
+  the launcher rewrites it with each host's IPv4 address: Open MPI then never waits on DNS
+  (Volcano #1972) and has no domain to strip.
+- Variables reach the ranks as `-x NAME` only, never `-x NAME=value`: Open MPI ships the values
+  inside its launch message to each node's orted, so no value appears in an argv, in `ps` or in
+  this plan. The set is `mpi_forward_env` (names and `PREFIX*` patterns). A pattern never sweeps
+  in a secret-named variable (run_mpi.sh's unanchored `SHARED_` shipped `JOB_SHARED_TOKEN`), nor
+  a variable that differs per node (VC_TASK_INDEX, MA_CURRENT_IP, ...: node 0's value would
+  overwrite each node's own), nor Open MPI's own OMPI_/PMIX_ variables. A secret the ranks need
+  is forwarded when named in full in `mpi_forward_env`, still by name only.
+- `plm_rsh_no_tree_spawn 1` always: mpirun itself sshes to every node, so the only ssh path the
+  job needs is node 0 -> each node, which is exactly what mpi-launcher checks before starting
+  mpirun; a tree spawn would also need every node to reach every other with a key only node 0
+  may hold. From 64 hosts up (horovodrun's threshold) `plm_rsh_num_concurrent <hosts>` lets all
+  launches run at once instead of 128 at a time, as horovodrun does.
+- The other nodes learn how the job ended from node 0 over ssh (`mpi_follower notify`, the same
+  authenticated login mpirun uses) and watch that node 0 lives on `mpi_watch_port`, where the
+  launcher accepts and hangs up. Watching node 0's sshd port instead would put two lines into
+  node 0's sshd log, and console, for every look of every node.
+- Several nodes need the platform's key (`id_rsa` with `authorized_keys` or `id_rsa.pub` in
+  `ssh_dir`): a per-job key would exist on node 0 only. Its absence, or a key of ours that others
+  can read (ssh ignores it), is bad input, found before anything starts.
+- Options given in `mpirun_extra_args` replace marun's own (an `--mca NAME`, `-x NAME`,
+  `--bind-to`, `--map-by` there drops marun's): Open MPI refuses an MCA parameter given twice,
+  and a site must be able to override a default (sagemaker-training-toolkit #70). `-np` and the
+  host list stay marun's.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from marun.errors import InputError, bad_value
+from marun.inputs.hosts import node_hosts
+from marun.inputs.injected import TASK_INDEX_VARS, Platform
+from marun.inputs.nic import Nic, choose_nic
+from marun.inputs.settings import default_run_dir
+from marun.mpi import run_dir as run_files
+from marun.mpi.sshd_config import render_sshd_config, session_env
+from marun.plan.launch_plan import FileSpec, LaunchPlan, NodePlan, ProcessSpec
+from marun.plan.modes.common import log_dir, script_argv
+from marun.redact import is_secret_name, mask_argv
+
+SSHD_FALLBACKS = ("/usr/sbin/sshd",)  # not on a non-root user's PATH on Debian/Ubuntu
+LARGE_CLUSTER_HOSTS = 64  # horovodrun's _LARGE_CLUSTER_THRESHOLD
+PLATFORM_KEY = "id_rsa"  # what Volcano's ssh plugin mounts, with id_rsa.pub and authorized_keys
+
+# Variables whose value is this node's own: forwarding node 0's would overwrite every node's.
+NODE_LOCAL_VARS = frozenset({*TASK_INDEX_VARS, "MA_CURRENT_IP", "MA_CURRENT_HOST_IP", "HOSTNAME"})
+# Open MPI sets these per process; forwarding mpirun's would clobber each rank's.
+MPI_OWN_PREFIXES = ("OMPI_", "ORTE_", "OPAL_", "PMIX_")
+
+# mpirun options that decide the process count and the hosts: marun's alone.
+_OWNED = frozenset(
+    {"-np", "--np", "-n", "--n", "-c"}
+    | {"-H", "-host", "--host", "-hostfile", "--hostfile", "-machinefile", "--machinefile"}
+    | {"-default-hostfile", "--default-hostfile"}
+)
+_MCA = frozenset({"-mca", "--mca", "-gmca", "--gmca"})
+_FLAGS = {"-bind-to": "bind-to", "-map-by": "map-by", "-tag-output": "tag-output"}
+_FLAGS.update({"-" + k: v for k, v in _FLAGS.items()})
+_FLAGS.update(
+    {"-allow-run-as-root": "allow-run-as-root", "--allow-run-as-root": "allow-run-as-root"}
+)
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_JOB = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_HOST = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*")
+_UNSAFE_PATH = re.compile(r"[\s\"'\\]")
+
+
+@dataclass(frozen=True)
+class MpiLayout:
+    """Where MPI mode's files live, who sshd lets in, and the job's time-outs: the same on every
+    node."""
+
+    run_dir: str
+    ssh_dir: str
+    user: str | None  # the login name sshd allows (mpirun sshes as the user it runs as)
+    port: int
+    hosts: tuple[str, ...]
+    slots: int
+    client_key: str  # what mpirun's ssh uses: the platform's key, else the per-job one
+    platform_key: bool  # client_key is the platform's mounted key (else marun generates one)
+    watch_port: int = 36667
+    formation_timeout: float = 600.0
+    peer_timeout: float = 60.0
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.run_dir, name)
+
+    @property
+    def sshd_config(self) -> str:
+        return self.path(run_files.SSHD_CONFIG)
+
+    @property
+    def hostfile(self) -> str:
+        return self.path(run_files.HOSTFILE)
+
+    @property
+    def host_key(self) -> str:
+        return self.path(run_files.HOST_KEY)
+
+    @property
+    def pid_file(self) -> str:
+        return self.path(run_files.PID_FILE)
+
+    @property
+    def sshd_log(self) -> str:
+        return self.path(run_files.SSHD_LOG)
+
+    @property
+    def authorized_keys(self) -> tuple[str, str]:
+        """The platform's file, then the one marun writes (per-job key, or id_rsa.pub)."""
+        return (
+            os.path.join(self.ssh_dir, run_files.AUTHORIZED_KEYS),
+            self.path(run_files.AUTHORIZED_KEYS),
+        )
+
+
+def _safe_path(setting: str, path: str) -> str:
+    if _UNSAFE_PATH.search(path):
+        raise bad_value(
+            setting,
+            path,
+            "a path without spaces or quotes (Open MPI splits plm_rsh_args at spaces)",
+        )
+    return path
+
+
+def _user_and_home(platform: Platform) -> tuple[str | None, str]:
+    import pwd
+
+    try:
+        entry = pwd.getpwuid(platform.uid)
+    except KeyError:
+        return None, platform.env.get("HOME") or "/"
+    return entry.pw_name, entry.pw_dir
+
+
+def check_port(port: int, setting: str = "sshd_port") -> int:
+    if not 1 <= port <= 65535:
+        raise bad_value(
+            setting,
+            port,
+            f"a TCP port in 1-65535 (config key {setting}, MARUN_{setting.upper()})",
+        )
+    return port
+
+
+def check_seconds(value: float, setting: str) -> float:
+    if not 0 < value < math.inf:
+        raise bad_value(setting, value, f"a number of seconds > 0 (MARUN_{setting.upper()})")
+    return value
+
+
+def check_hosts(platform: Platform, hosts: Sequence[str]) -> tuple[str, ...]:
+    task_var = "VC_" + platform.task_name().replace("-", "_").upper() + "_HOSTS"
+    for i, host in enumerate(hosts):
+        if not _HOST.fullmatch(host):
+            raise bad_value(
+                f"host of node {i}",
+                host,
+                f"a host name or address (from {task_var}, the volcano .host file or the "
+                "MA_VJ_NAME pattern)",
+            )
+    return tuple(hosts)
+
+
+def layout(platform: Platform) -> MpiLayout:
+    settings = platform.settings
+    job = platform.job_name()
+    if job is not None and (not _JOB.fullmatch(job) or job in (".", "..")):
+        raise bad_value("MA_VJ_NAME", job, "a job name of letters, digits, '.', '-', '_'")
+    if settings.run_dir:
+        base = _safe_path("run_dir", os.path.join(platform.cwd, settings.run_dir))
+    else:
+        base = _safe_path("TMPDIR", default_run_dir(platform.env))
+    user, home = _user_and_home(platform)
+    if settings.ssh_dir:
+        ssh_dir = _safe_path("ssh_dir", os.path.join(platform.cwd, settings.ssh_dir))
+    else:
+        ssh_dir = _safe_path("ssh_dir", os.path.join(home, ".ssh"))
+    run_dir = os.path.normpath(os.path.join(base, job or "local"))
+    mounted = os.path.join(ssh_dir, PLATFORM_KEY)
+    platform_key = os.path.isfile(mounted)
+    port = check_port(settings.sshd_port)
+    watch_port = check_port(settings.mpi_watch_port, "mpi_watch_port")
+    if watch_port == port:
+        raise bad_value("mpi_watch_port", watch_port, f"a port other than sshd_port={port}")
+    return MpiLayout(
+        run_dir=run_dir,
+        ssh_dir=os.path.normpath(ssh_dir),
+        user=user,
+        port=port,
+        hosts=check_hosts(platform, node_hosts(platform)),
+        slots=platform.devices_per_node(),
+        client_key=mounted if platform_key else os.path.join(run_dir, run_files.JOB_KEY),
+        platform_key=platform_key,
+        watch_port=watch_port,
+        formation_timeout=check_seconds(settings.formation_timeout, "formation_timeout"),
+        peer_timeout=check_seconds(settings.peer_timeout, "peer_timeout"),
+    )
+
+
+def find_sshd(search_path: str | None, fallbacks: Sequence[str] = SSHD_FALLBACKS) -> str | None:
+    found = shutil.which("sshd", path=search_path or os.defpath)
+    if found:
+        return found
+    for candidate in fallbacks:
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def hostfile_content(hosts: Sequence[str], slots: int) -> str:
+    """Open MPI's hostfile: one `<host> slots=<n>` line per node, node 0 first."""
+    return "".join(f"{host} slots={slots}\n" for host in hosts)
+
+
+def _bad_extra(extra: Sequence[str], expected: str) -> InputError:
+    return bad_value("mpirun_extra_args", shlex.join(mask_argv(extra)), expected)
+
+
+def extra_overrides(extra: Sequence[str]) -> frozenset[str]:
+    """Which of marun's own options `mpirun_extra_args` replaces (keys like `mca:btl`, `x:PATH`,
+    `bind-to`); bad input if it sets the process count or hosts, lacks an option's value, or puts
+    a secret's value on the command line."""
+    keys: set[str] = set()
+    i = 0
+    while i < len(extra):
+        word = extra[i]
+        option = word.split("=", 1)[0]
+        if option in _OWNED:
+            raise _bad_extra(
+                extra,
+                f"no {option}: marun sets -np (MA_NUM_HOSTS x slots) and --hostfile (the job's "
+                "hosts)",
+            )
+        if word in _MCA:
+            if i + 2 >= len(extra):
+                raise _bad_extra(extra, f"{word} NAME VALUE (two words after {word})")
+            keys.add("mca:" + extra[i + 1])
+            i += 3
+            continue
+        if word == "-x":
+            if i + 1 >= len(extra):
+                raise _bad_extra(extra, "-x NAME (a variable name after -x)")
+            name, eq, _ = extra[i + 1].partition("=")
+            if eq and is_secret_name(name):
+                raise _bad_extra(
+                    extra, f"-x {name} without a value (a secret's value would show in ps)"
+                )
+            keys.add("x:" + name)
+            i += 2
+            continue
+        if option in _FLAGS:
+            keys.add(_FLAGS[option])
+        i += 1
+    return frozenset(keys)
+
+
+def forwarded_names(platform: Platform) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(names forwarded with `-x NAME`, secret names a pattern matched but did not forward)."""
+    env = platform.env
+    names: list[str] = []
+    held: list[str] = []
+    for entry in platform.settings.mpi_forward_env:
+        prefix = entry[:-1] if entry.endswith("*") else None
+        if not _NAME.fullmatch(entry if prefix is None else prefix):
+            raise bad_value(
+                "mpi_forward_env",
+                entry,
+                "variable names or PREFIX* patterns with a non-empty prefix, comma-separated",
+            )
+        if prefix is None:
+            if entry in env:
+                names.append(entry)
+            continue
+        for name in sorted(env):
+            if not name.startswith(prefix) or not _NAME.fullmatch(name):
+                continue
+            if name in NODE_LOCAL_VARS or name.startswith(MPI_OWN_PREFIXES):
+                continue
+            if is_secret_name(name):
+                held.append(name)
+            else:
+                names.append(name)
+    # NCCL_SOCKET_IFNAME is forwarded on its own, with the chosen NIC when unset.
+    unique = tuple(dict.fromkeys(n for n in names if n != "NCCL_SOCKET_IFNAME"))
+    return unique, tuple(dict.fromkeys(n for n in held if n not in unique))
+
+
+def plm_rsh_args(lay: MpiLayout) -> str:
+    """ssh options for Open MPI's launcher: the port, the key, and never a prompt."""
+    return " ".join(
+        [
+            *("-p", str(lay.port), "-i", lay.client_key),
+            *("-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes"),
+            *("-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"),
+            *("-o", "LogLevel=ERROR", "-o", "ConnectTimeout=10"),
+        ]
+    )
+
+
+def mpirun_argv(
+    platform: Platform,
+    lay: MpiLayout,
+    nic: Nic,
+    forward: Sequence[str],
+    user_argv: Sequence[str],
+) -> tuple[str, ...]:
+    extra = platform.settings.mpirun_extra_args
+    overridden = extra_overrides(extra)
+    hosts = len(lay.hosts)
+    ours: list[tuple[str, tuple[str, ...]]] = [
+        ("mca:plm_rsh_args", ("--mca", "plm_rsh_args", plm_rsh_args(lay))),
+    ]
+    if platform.is_root():
+        ours.append(("allow-run-as-root", ("--allow-run-as-root",)))
+    ours += [
+        ("bind-to", ("--bind-to", "none")),
+        ("map-by", ("--map-by", "slot")),
+        ("mca:pml", ("--mca", "pml", "ob1")),
+        ("mca:btl", ("--mca", "btl", "^openib")),
+        ("mca:btl_tcp_if_include", ("--mca", "btl_tcp_if_include", nic.name)),
+        ("mca:oob_tcp_if_include", ("--mca", "oob_tcp_if_include", nic.name)),
+        ("tag-output", ("--tag-output",)),
+        ("mca:orte_abort_on_non_zero_status", ("--mca", "orte_abort_on_non_zero_status", "1")),
+        ("mca:plm_rsh_no_tree_spawn", ("--mca", "plm_rsh_no_tree_spawn", "1")),
+    ]
+    if hosts >= LARGE_CLUSTER_HOSTS:
+        ours.append(("mca:plm_rsh_num_concurrent", ("--mca", "plm_rsh_num_concurrent", str(hosts))))
+    # Open MPI cuts `job-worker-1.job` to `job-worker-1` before ssh unless told to keep it.
+    ours.append(("mca:orte_keep_fqdn_hostnames", ("--mca", "orte_keep_fqdn_hostnames", "1")))
+    nccl = "NCCL_SOCKET_IFNAME"
+    ours.append(("x:" + nccl, ("-x", nccl if platform.env.get(nccl) else f"{nccl}={nic.name}")))
+    ours += [("x:" + name, ("-x", name)) for name in forward]
+    argv = ["mpirun", "-np", str(hosts * lay.slots), "--hostfile", lay.hostfile]
+    for key, words in ours:
+        if key not in overridden:
+            argv += words
+    return (*argv, *extra, *user_argv)
+
+
+def _notes(
+    platform: Platform,
+    lay: MpiLayout,
+    sshd: str | None,
+    nic: Nic | None,
+    held: Sequence[str],
+) -> tuple[str, ...]:
+    hosts = len(lay.hosts)
+    notes: list[str] = []
+    if nic is not None and hosts > 1:  # node 0 is in the plan
+        notes.append(
+            "hostfile lists host names: mpi-launcher first forms the cluster (every name "
+            "resolved and every peer's sshd letting node 0 in with mpirun's own ssh options, "
+            f"all at once, within formation_timeout={lay.formation_timeout:g}s), then writes "
+            "each host's IPv4 address instead and starts mpirun"
+        )
+    if hosts > 1:
+        others = "node 1 runs" if hosts == 2 else f"nodes 1-{hosts - 1} run"
+        notes.append(
+            f"{others} sshd and mpi-follower, which exits with the status node 0 reports when "
+            f"mpirun ends, or with 1 when node 0 stops answering on port {lay.watch_port} for "
+            f"peer_timeout={lay.peer_timeout:g}s"
+        )
+        if nic is not None:
+            notes.append(
+                f"btl_tcp_if_include, oob_tcp_if_include and NCCL_SOCKET_IFNAME name node 0's "
+                f"interface {nic.name!r}: every node needs an interface of that name"
+            )
+    if sshd is None:
+        notes.append(
+            "sshd is not on PATH nor at " + ", ".join(SSHD_FALLBACKS) + ": the image needs "
+            "openssh-server (the plan shows it as plain 'sshd')"
+        )
+    if not lay.platform_key:
+        where = os.path.join(lay.ssh_dir, PLATFORM_KEY)
+        notes.append(
+            f"no client key at {where}: marun will generate a per-job key at {lay.client_key} "
+            f"and authorize it in {lay.authorized_keys[1]}"
+        )
+    if held:
+        notes.append(
+            "not forwarded to the ranks, secret names matched only by a pattern in "
+            f"mpi_forward_env: {', '.join(held)} (name one in full to forward it, by name only)"
+        )
+    if lay.user is None:
+        notes.append(f"uid {platform.uid} has no passwd entry: sshd cannot log it in")
+    return tuple(notes)
+
+
+def key_options(platform: Platform, lay: MpiLayout, node_0_here: bool) -> tuple[str, ...]:
+    """sshd_bootstrap's key options, after checking the keys the platform mounted: a client key
+    ssh would refuse, or no way for node 0 to log in to the other nodes, is bad input."""
+    from marun.mpi.ssh_keys import check_private_key, check_readable
+
+    hosts = len(lay.hosts)
+    if not lay.platform_key:
+        if hosts > 1:
+            raise bad_value(
+                "ssh_dir",
+                lay.ssh_dir,
+                f"the platform's ssh key ({PLATFORM_KEY}, {PLATFORM_KEY}.pub, authorized_keys: "
+                f"Volcano's ssh plugin) for a job of {hosts} nodes; set MARUN_SSH_DIR where it "
+                "is mounted",
+            )
+        return ("--new-identity", lay.client_key)
+    if node_0_here:
+        check_private_key(lay.client_key, platform.uid)
+    mounted_authorized = lay.authorized_keys[0]
+    if os.path.exists(mounted_authorized):
+        check_readable(mounted_authorized, "authorized_keys")
+        return ()
+    public = lay.client_key + ".pub"
+    if os.path.exists(public):
+        check_readable(public, "public key file")
+        return ("--authorize", public)
+    if hosts > 1:
+        raise bad_value(
+            "ssh_dir",
+            lay.ssh_dir,
+            f"authorized_keys or {PLATFORM_KEY}.pub next to {PLATFORM_KEY}: the other nodes "
+            "must let node 0's key in",
+        )
+    return ()
+
+
+def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
+    lay = layout(platform)
+    forward, held = forwarded_names(platform)
+    extra_overrides(platform.settings.mpirun_extra_args)  # bad input fails on every node
+    user_argv = script_argv(platform)
+    this_node = platform.node_index()  # checked with --all-nodes too: it is the platform's input
+    indexes = range(len(lay.hosts)) if all_nodes else (this_node,)
+    nic: Nic | None = None
+    if 0 in indexes:
+        current = platform.env.get("MA_CURRENT_IP")
+        nic = choose_nic(platform.settings.nic, hints=[current] if current else [])
+    python = platform.python
+    hosts = len(lay.hosts)
+
+    sshd = find_sshd(platform.env.get("PATH"))
+    session = session_env(platform.env)
+    session[run_files.RUN_DIR_VAR] = lay.run_dir
+    sshd_config = FileSpec(
+        lay.sshd_config,
+        render_sshd_config(
+            port=lay.port,
+            host_key=lay.host_key,
+            pid_file=lay.pid_file,
+            authorized_keys=lay.authorized_keys,
+            hosts=hosts,
+            user=lay.user,
+            set_env=session,
+        ),
+        0o644,
+    )
+    sshd_proc = ProcessSpec(
+        name="sshd",
+        argv=(
+            *(python, "-m", "marun.mpi.sshd_bootstrap", "--run-dir", lay.run_dir),
+            *key_options(platform, lay, 0 in indexes),
+            *("--", sshd or "sshd", "-D", "-e", "-f", lay.sshd_config),
+        ),
+        env={},
+        cwd=lay.run_dir,
+        log=lay.sshd_log,
+        role="sshd",
+        daemon=True,
+    )
+    logs = log_dir(platform)
+    nodes = []
+    for index in indexes:
+        node_files: tuple[FileSpec, ...] = (sshd_config,)
+        if index == 0:
+            assert nic is not None
+            node_files += (FileSpec(lay.hostfile, hostfile_content(lay.hosts, lay.slots), 0o644),)
+            watch = ("--watch-port", str(lay.watch_port)) if hosts > 1 else ()
+            agent = ProcessSpec(
+                name="mpi-launcher",
+                argv=(
+                    *(python, "-m", "marun.mpi.leader", "--hostfile", lay.hostfile),
+                    *("--port", str(lay.port), *watch),
+                    *("--formation-timeout", f"{lay.formation_timeout:g}"),
+                    "--",
+                    *mpirun_argv(platform, lay, nic, forward, user_argv),
+                ),
+                env={},
+                cwd=platform.cwd,
+                log=os.path.join(logs, "mpirun.log"),
+                role="mpirun",
+            )
+        else:
+            agent = ProcessSpec(
+                name="mpi-follower",
+                argv=(
+                    *(python, "-m", "marun.mpi.follower", "wait", "--run-dir", lay.run_dir),
+                    *("--leader", lay.hosts[0], "--watch-port", str(lay.watch_port)),
+                    *("--formation-timeout", f"{lay.formation_timeout:g}"),
+                    *("--peer-timeout", f"{lay.peer_timeout:g}"),
+                ),
+                env={},
+                cwd=platform.cwd,
+                log=os.path.join(logs, "mpi-follower.log"),
+                role="follower",
+            )
+        nodes.append(NodePlan(index, lay.hosts[index], node_files, (sshd_proc, agent)))
+    return LaunchPlan("mpi", tuple(nodes), _notes(platform, lay, sshd, nic, held))

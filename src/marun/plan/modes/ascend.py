@@ -1,0 +1,183 @@
+"""`ascend`: the rank-table (HCCL) launch on Ascend, one process per device.
+
+The Ascend-Powered-Engine platform runs the start file once per device, each time with
+RANK_TABLE_FILE, ASCEND_DEVICE_ID, RANK_ID and RANK_SIZE (seed 004). By default marun is that
+start file and plans the one process of RANK_ID; with `--per-node` the start file runs once per
+node and marun plans one process per device of this node's server in the rank table.
+
+Each process gets (seed 002's layout, davincirun's variables):
+- `DEVICE_ID`: the physical device_id of its rank in the table; the table, not the platform's
+  ASCEND_DEVICE_ID, is authoritative for which card a rank drives;
+- `ASCEND_DEVICE_ID`: the platform's value for the process the platform started, otherwise the
+  device's position on its server (davincirun's numbering);
+- `RANK_ID`, `RANK_SIZE` (the table's rank count), `RANK_TABLE_FILE` (absolute: the process runs
+  in its own directory);
+- `HCCL_CONNECT_TIMEOUT=1800` unless set, as davincirun does;
+- `HCCL_SOCKET_IFNAME` unless set, when `nic` is configured or an interface here holds the
+  server's address; never from a default-route guess, which would pin HCCL to the wrong NIC;
+- cwd `<working dir>/device<DEVICE_ID>` so per-device compiler caches and logs do not collide;
+- log `<working dir>/device<DEVICE_ID>/rank_<RANK_ID>.log`: seed 002 writes `train.log<i>` there,
+  named by device; marun names it by rank, which stays unique when nodes share a working
+  directory on a shared file system.
+"""
+
+from __future__ import annotations
+
+import os
+
+from marun.errors import InputError, bad_value
+from marun.inputs.injected import Platform
+from marun.inputs.ranktable import (
+    Device,
+    RankTable,
+    Server,
+    load_rank_table,
+    rank_id_from_env,
+    this_server_index,
+)
+from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
+from marun.plan.modes.common import script_argv, socket_ifname_env
+
+MODE = "ascend"
+HCCL_CONNECT_TIMEOUT = "1800"  # davincirun's; HCCL's 120 s default can expire while ranks compile
+
+
+def _table_path(platform: Platform) -> str:
+    raw = platform.env.get("RANK_TABLE_FILE", "")
+    if not raw.strip():
+        raise InputError(
+            "RANK_TABLE_FILE is not set: expected the path of the Ascend rank table (the "
+            "Ascend-Powered-Engine platform sets it), or another --mode"
+        )
+    path = os.path.normpath(os.path.join(platform.cwd, raw))
+    if not os.path.isfile(path):
+        raise bad_value("RANK_TABLE_FILE", raw, "an existing rank table file")
+    return path
+
+
+def _check_platform_counts(platform: Platform, table: RankTable) -> None:
+    """What the platform says about the job's size must match the table it handed us."""
+    raw_size = platform.env.get("RANK_SIZE", "")
+    if raw_size.strip() and raw_size.strip() != str(table.rank_size):
+        raise bad_value(
+            "RANK_SIZE",
+            raw_size,
+            f"{table.rank_size}, the number of ranks in rank table {table.path}",
+        )
+    hosts_set = platform.env.get("MA_NUM_HOSTS", "").strip() != ""
+    if hosts_set and platform.num_hosts() != len(table.servers):
+        raise bad_value(
+            "MA_NUM_HOSTS",
+            platform.env["MA_NUM_HOSTS"],
+            f"{len(table.servers)}, the number of servers in rank table {table.path}",
+        )
+
+
+def _hccl_ifname(platform: Platform, server: Server) -> dict[str, str]:
+    if platform.env.get("HCCL_SOCKET_IFNAME"):
+        return {}
+    from marun.inputs.nic import choose_nic
+
+    if platform.settings.nic:
+        return socket_ifname_env(
+            platform, choose_nic(platform.settings.nic), ("HCCL_SOCKET_IFNAME",)
+        )
+    if server.host_ip is None:
+        return {}
+    nic = choose_nic(None, [server.host_ip])
+    if nic.address != server.host_ip:  # choose_nic fell back to a guess
+        return {}
+    return socket_ifname_env(platform, nic, ("HCCL_SOCKET_IFNAME",))
+
+
+def _process(
+    platform: Platform,
+    table: RankTable,
+    server: Server,
+    device: Device,
+    argv: tuple[str, ...],
+    ifname: dict[str, str],
+    started_by_platform: bool,
+) -> ProcessSpec:
+    position = server.devices.index(device)
+    platform_id = platform.env.get("ASCEND_DEVICE_ID", "").strip()
+    env = {
+        "DEVICE_ID": str(device.device_id),
+        "ASCEND_DEVICE_ID": platform_id if started_by_platform and platform_id else str(position),
+        "RANK_ID": str(device.rank),
+        "RANK_SIZE": str(table.rank_size),
+        "RANK_TABLE_FILE": table.path,
+    }
+    if not platform.env.get("HCCL_CONNECT_TIMEOUT"):
+        env["HCCL_CONNECT_TIMEOUT"] = HCCL_CONNECT_TIMEOUT
+    env.update(ifname)
+    cwd = os.path.join(platform.cwd, f"device{device.device_id}")
+    return ProcessSpec(
+        name=f"rank{device.rank}",
+        argv=argv,
+        env=env,
+        cwd=cwd,
+        log=os.path.join(cwd, f"rank_{device.rank}.log"),
+        role="worker",
+        rank=device.rank,
+    )
+
+
+def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
+    argv = script_argv(platform)  # before the wait on the table: a missing script fails at once
+    table = load_rank_table(_table_path(platform), platform.settings.ranktable_timeout)
+    _check_platform_counts(platform, table)
+    own_rank = rank_id_from_env(platform, table)
+    per_device = not platform.settings.per_node
+    notes: list[str] = []
+
+    if all_nodes:
+        indexes = list(range(len(table.servers)))
+        if per_device:
+            notes.append(
+                "per device: the platform starts marun once per device with its RANK_ID; each "
+                "start runs only that rank's process (all shown here)"
+            )
+    elif per_device:
+        if own_rank is None:
+            raise InputError(
+                "RANK_ID is not set: expected this device's rank (the platform sets it when it "
+                "runs the start file once per device), or --per-node if it runs once per node"
+            )
+        indexes = [table.device_of_rank(own_rank)[0]]
+    else:
+        indexes = [this_server_index(platform, table)]
+
+    nodes = []
+    for index in indexes:
+        server = table.servers[index]
+        ifname = _hccl_ifname(platform, server)
+        if not ifname and not platform.env.get("HCCL_SOCKET_IFNAME"):
+            why = (
+                f"no interface here holds {server.host_ip}"
+                if server.host_ip
+                else "the rank table gives no address for it"
+            )
+            notes.append(
+                f"server {server.server_id}: HCCL_SOCKET_IFNAME not set, {why} (set nic to choose "
+                "an interface)"
+            )
+        devices = server.devices
+        if per_device and not all_nodes:
+            devices = tuple(d for d in devices if d.rank == own_rank)
+        processes = tuple(
+            _process(
+                platform,
+                table,
+                server,
+                device,
+                argv,
+                ifname,
+                started_by_platform=per_device and device.rank == own_rank,
+            )
+            for device in devices
+        )
+        nodes.append(
+            NodePlan(index=index, host=server.host_ip or server.server_id, processes=processes)
+        )
+    return LaunchPlan(mode=MODE, nodes=tuple(nodes), notes=tuple(notes))

@@ -1,0 +1,31 @@
+"""Pieces every mode uses: the script's argv, the log directory, the NIC variables."""
+
+from __future__ import annotations
+
+import os
+
+from marun.inputs.injected import Platform, resolve_command
+from marun.inputs.nic import Nic
+
+
+def script_argv(platform: Platform) -> tuple[str, ...]:
+    """The user's command, with the platform's appended words kept when asked to."""
+    argv = resolve_command(platform.command, platform.cwd, platform.python)
+    if platform.settings.keep_platform_args:
+        argv = (*argv, *platform.appended.words)
+    return argv
+
+
+def log_dir(platform: Platform) -> str:
+    """Where per-process logs go: --log-dir, else $MA_LOG_DIR/marun (collected by the platform),
+    else ./marun_logs."""
+    if platform.settings.log_dir:
+        return os.path.join(platform.cwd, platform.settings.log_dir)
+    if platform.env.get("MA_LOG_DIR"):
+        return os.path.join(platform.env["MA_LOG_DIR"], "marun")
+    return os.path.join(platform.cwd, "marun_logs")
+
+
+def socket_ifname_env(platform: Platform, nic: Nic, names: tuple[str, ...]) -> dict[str, str]:
+    """Set each `*_SOCKET_IFNAME` the user has not set already."""
+    return {name: nic.name for name in names if not platform.env.get(name)}

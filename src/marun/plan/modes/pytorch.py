@@ -1,0 +1,179 @@
+"""PyTorch-GPU: the platform's appended `--init_method tcp://HOST:PORT [--rank NODE --world_size
+NODES]` turned into what torchrun gives each process.
+
+The platform runs the start file once per node and appends the rendezvous address, and on
+several nodes this node's rank and the node count (node rank and node COUNT, not process ranks,
+seed 004). marun starts one process per device (`--nproc-per-node`, else MA_NUM_GPUS) with the
+environment `torch.distributed.run` sets for its workers, so a script written for torchrun
+(`init_process_group()` with the default `env://`) runs unchanged. As torchrun does by default
+(`--use-env`), no `--local-rank` argument is added.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from marun.errors import InputError, bad_value
+from marun.inputs.injected import Platform
+from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
+from marun.plan.modes.common import log_dir, script_argv, socket_ifname_env
+
+INIT_METHOD_FORM = "tcp://HOST:PORT with a port 1-65535, as the platform appends it"
+SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    host: str
+    port: int
+    node_rank: int
+    nodes: int
+
+
+def parse_init_method(raw: str | None) -> tuple[str, int]:
+    """`tcp://HOST:PORT` into (HOST, PORT); anything else is bad input."""
+    if raw is None:
+        raise InputError(
+            "--init_method: not appended to the command; expected `--init_method tcp://HOST:PORT`"
+            " after the script's arguments, as the platform's PyTorch-GPU engine appends it"
+        )
+    text = raw.strip().strip("\"'")
+    scheme, sep, rest = text.partition("://")
+    if not sep or scheme != "tcp":
+        raise bad_value("--init_method", raw, INIT_METHOD_FORM)
+    host, sep, port = rest.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]  # an IPv6 address; MASTER_ADDR takes it bare
+    if not sep or not host or any(c in host for c in "/?#@[] ") or not port.isdigit():
+        raise bad_value("--init_method", raw, INIT_METHOD_FORM)
+    number = int(port)
+    if not 1 <= number <= 65535:
+        raise bad_value("--init_method", raw, INIT_METHOD_FORM)
+    return host, number
+
+
+def _int_flag(name: str, raw: str, minimum: int) -> int:
+    # Digits only: int() would also take "1_0" and "+1", which no platform writes.
+    if not raw.strip().isdecimal() or not raw.isascii() or int(raw) < minimum:
+        raise bad_value(name, raw, f"an integer >= {minimum}")
+    return int(raw)
+
+
+def read_rendezvous(platform: Platform) -> Rendezvous:
+    host, port = parse_init_method(platform.appended.get("init_method"))
+    raw_rank = platform.appended.get("rank")
+    raw_world = platform.appended.get("world_size")
+    if raw_rank is None and raw_world is None:
+        node_rank, nodes = 0, 1  # one node: the platform appends --init_method only
+    elif raw_world is None:
+        raise bad_value("--rank", raw_rank, "--world_size with it (the node count), or neither")
+    elif raw_rank is None:
+        raise bad_value("--world_size", raw_world, "--rank with it (this node's rank), or neither")
+    else:
+        nodes = _int_flag("--world_size", raw_world, 1)
+        node_rank = _int_flag("--rank", raw_rank, 0)
+        if node_rank >= nodes:
+            raise bad_value("--rank", raw_rank, f"a node rank below --world_size={nodes}")
+    if platform.env.get("MA_NUM_HOSTS"):
+        hosts = platform.num_hosts()
+        if hosts != nodes:
+            shown = (
+                f"--world_size={raw_world!r}"
+                if raw_world is not None
+                else "no --world_size (a one-node job)"
+            )
+            raise InputError(
+                f"MA_NUM_HOSTS={platform.env['MA_NUM_HOSTS']!r} but the platform appended "
+                f"{shown}: expected the node count to agree"
+            )
+    return Rendezvous(host, port, node_rank, nodes)
+
+
+def _node_hosts(platform: Platform, rdzv: Rendezvous) -> tuple[tuple[str, ...], str | None]:
+    """Every node's host name, and a note when the platform does not name them."""
+    placeholders = tuple(f"node-{i}" for i in range(rdzv.nodes))
+    if not platform.env.get("MA_NUM_HOSTS"):
+        return placeholders, "MA_NUM_HOSTS is not set: other nodes are shown as node-<i>"
+    from marun.inputs.hosts import node_hosts
+
+    try:
+        names = node_hosts(platform)
+    except InputError as exc:
+        return placeholders, f"node names unknown ({exc}): other nodes are shown as node-<i>"
+    return names, None
+
+
+def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
+    rdzv = read_rendezvous(platform)
+    nproc = platform.devices_per_node()
+    argv = script_argv(platform)
+    logs = log_dir(platform)
+
+    from marun.inputs.nic import choose_nic
+
+    hints = [h for h in (platform.env.get("MA_CURRENT_IP"), rdzv.host) if h]
+    nic = choose_nic(platform.settings.nic, hints)
+    ifname_env = socket_ifname_env(platform, nic, SOCKET_IFNAME_VARS)
+
+    common: dict[str, str] = {
+        "MASTER_ADDR": rdzv.host,
+        "MASTER_PORT": str(rdzv.port),
+        "WORLD_SIZE": str(rdzv.nodes * nproc),
+        "LOCAL_WORLD_SIZE": str(nproc),
+        "GROUP_WORLD_SIZE": str(rdzv.nodes),
+        "ROLE_NAME": "default",
+        "ROLE_WORLD_SIZE": str(rdzv.nodes * nproc),
+        "TORCHELASTIC_RESTART_COUNT": "0",
+        "TORCHELASTIC_MAX_RESTARTS": "0",
+        "TORCHELASTIC_RUN_ID": platform.job_name() or "none",
+    }
+    # As torchrun: several processes on one node each default to every core otherwise.
+    if nproc > 1 and not platform.env.get("OMP_NUM_THREADS"):
+        common["OMP_NUM_THREADS"] = "1"
+
+    def node_plan(node: int, host: str, this_node: bool) -> NodePlan:
+        processes = []
+        for local in range(nproc):
+            rank = node * nproc + local
+            env = {
+                **common,
+                "RANK": str(rank),
+                "LOCAL_RANK": str(local),
+                "GROUP_RANK": str(node),
+                # The node rank, as PyTorchJob sets it (kubeflow/trainer #1790); RANK above is
+                # the process rank, as torchrun sets it.
+                "NODE_RANK": str(node),
+                "ROLE_RANK": str(rank),
+            }
+            if this_node:
+                env.update(ifname_env)
+            processes.append(
+                ProcessSpec(
+                    name=f"rank{rank}",
+                    argv=argv,
+                    env=env,
+                    cwd=platform.cwd,
+                    log=f"{logs}/rank_{rank}.log",
+                    role="worker",
+                    rank=rank,
+                )
+            )
+        return NodePlan(index=node, host=host, processes=tuple(processes))
+
+    if not all_nodes:
+        return LaunchPlan("pytorch", (node_plan(rdzv.node_rank, platform.hostname, True),))
+
+    notes: list[str] = []
+    hosts, host_note = _node_hosts(platform, rdzv)
+    if host_note and rdzv.nodes > 1:
+        notes.append(host_note)
+    if rdzv.nodes > 1 and ifname_env:
+        notes.append(
+            f"{' and '.join(sorted(ifname_env))} set on node {rdzv.node_rank} only: the other "
+            "nodes' network interfaces are unknown here; each picks its own when it runs"
+        )
+    nodes = tuple(
+        node_plan(i, platform.hostname if i == rdzv.node_rank else hosts[i], i == rdzv.node_rank)
+        for i in range(rdzv.nodes)
+    )
+    return LaunchPlan("pytorch", nodes, tuple(notes))

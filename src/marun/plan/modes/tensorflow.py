@@ -1,0 +1,196 @@
+"""TensorFlow-GPU: the platform's appended `--task_index I --ps_hosts [..] --worker_hosts [..]
+--job_name J` turned into the `TF_CONFIG` TensorFlow's cluster resolver reads.
+
+On several nodes the platform starts one `ps` and one `worker` container per node and appends
+the four flags to each (seed 004); this container gets one process with
+`TF_CONFIG={"cluster": {...}, "task": {"type": J, "index": I}}`. On one node it appends nothing:
+one process, no TF_CONFIG (name `--mode tensorflow` then; auto mode cannot tell).
+
+Decisions:
+- `--ps_hosts` may be absent: a worker-only cluster (MultiWorkerMirroredStrategy's shape), whose
+  TF_CONFIG has no "ps" job; `--task_index`, `--worker_hosts` and `--job_name` must always come.
+- `--tf-chief`: the first worker becomes `"chief": [worker0]` and the others are re-indexed from
+  0, on every container alike. `--job_name chief` is accepted only with it (the chief's address
+  is worker 0's, and every container must agree on the cluster), with task index 0.
+- `--job_name evaluator`: the task says evaluator but the cluster never lists one: an evaluator
+  in the cluster makes parameter-server jobs hang (tensorflow #30121).
+- A parameter server never exits by itself: it is planned as a daemon, stopped once the workers
+  are done. With `--tf-chief` (ParameterServerStrategy: the chief coordinates, the workers only
+  serve) the workers never exit by themselves either, so they are daemons too: a container of
+  daemons is supervised, not exec'd, and ends with status 0 when the platform stops it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from marun.errors import InputError, bad_value
+from marun.inputs.injected import Platform
+from marun.inputs.tf_hosts import parse_host_list, split_address
+from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
+from marun.plan.modes.common import log_dir, script_argv
+
+JOB_NAMES = ("ps", "worker", "chief", "evaluator")
+FLAGS = ("task_index", "ps_hosts", "worker_hosts", "job_name")
+
+
+@dataclass(frozen=True)
+class Task:
+    type: str
+    index: int
+    address: str | None  # HOST:PORT in the cluster; None for an evaluator
+
+
+def _require(platform: Platform, name: str) -> str:
+    value = platform.appended.get(name)
+    if value is None:
+        given = " ".join(f"--{f}" for f in FLAGS if f in platform.appended)
+        raise InputError(
+            f"--{name}: not appended (the platform appended {given}): expected --task_index, "
+            "--worker_hosts and --job_name together, and --ps_hosts for a parameter-server job"
+        )
+    return value
+
+
+def build_cluster(ps: Sequence[str], workers: Sequence[str], chief: bool) -> dict[str, list[str]]:
+    """The cluster in a fixed key order (chief, ps, worker), so TF_CONFIG reads the same on
+    every container and in every plan."""
+    cluster: dict[str, list[str]] = {}
+    if chief:
+        cluster["chief"] = [workers[0]]
+        workers = workers[1:]
+    if ps:
+        cluster["ps"] = list(ps)
+    if workers:
+        cluster["worker"] = list(workers)
+    return cluster
+
+
+def cluster_task(job: str, index: int, chief: bool) -> tuple[str, int]:
+    """The platform's (job, index) as a task of the cluster `build_cluster` made."""
+    if chief and job == "worker":
+        return ("chief", 0) if index == 0 else ("worker", index - 1)
+    return job, index
+
+
+def tf_config(cluster: Mapping[str, Sequence[str]], task_type: str, index: int) -> str:
+    config = {"cluster": cluster, "task": {"type": task_type, "index": index}}
+    return json.dumps(config, separators=(",", ":"))
+
+
+def _read_job(platform: Platform) -> tuple[str, int, tuple[str, ...], tuple[str, ...]]:
+    """Validated (job_name, task_index, ps hosts, worker hosts) from the appended flags."""
+    raw_index = _require(platform, "task_index")
+    raw_workers = _require(platform, "worker_hosts")
+    job = _require(platform, "job_name")
+    raw_ps = platform.appended.get("ps_hosts")
+
+    if job not in JOB_NAMES:
+        raise bad_value("--job_name", job, "one of " + ", ".join(JOB_NAMES))
+    task_name = platform.env.get("MA_TASK_NAME")
+    if task_name and task_name != job:
+        raise InputError(
+            f"--job_name={job!r} but MA_TASK_NAME={task_name!r}: expected the same task name "
+            "(the platform appends --job_name from MA_TASK_NAME)"
+        )
+    if not raw_index.strip().isdecimal() or not raw_index.isascii():
+        raise bad_value("--task_index", raw_index, "an integer >= 0")
+    index = int(raw_index)
+
+    workers = parse_host_list("--worker_hosts", raw_workers)
+    ps = parse_host_list("--ps_hosts", raw_ps) if raw_ps is not None else ()
+    seen: set[str] = set()
+    for flag, raw, hosts in (("--ps_hosts", raw_ps, ps), ("--worker_hosts", raw_workers, workers)):
+        for address in hosts:
+            if address in seen:
+                raise bad_value(
+                    flag, raw, f"each HOST:PORT once in --ps_hosts and --worker_hosts ({address})"
+                )
+            seen.add(address)
+
+    chief = platform.settings.tf_chief
+    sizes = {"ps": len(ps), "worker": len(workers)}
+    if job == "ps" and raw_ps is None:
+        raise InputError(
+            "--job_name='ps' but no --ps_hosts was appended: expected the parameter servers' "
+            "HOST:PORT list"
+        )
+    if job == "chief" and not chief:
+        raise bad_value(
+            "--job_name",
+            job,
+            "ps, worker or evaluator; a chief comes from --tf-chief (worker 0 "
+            "becomes the chief on every container)",
+        )
+    if job == "chief" and index != 0:
+        raise bad_value("--task_index", raw_index, "0 for the chief (worker 0 under --tf-chief)")
+    if job in sizes and index >= sizes[job]:
+        raise bad_value(
+            "--task_index",
+            raw_index,
+            f"an index below {sizes[job]}, the number of entries in --{job}_hosts",
+        )
+    return job, index, ps, workers
+
+
+def _process(
+    platform: Platform, argv: tuple[str, ...], task_type: str, index: int, env: dict[str, str]
+) -> ProcessSpec:
+    return ProcessSpec(
+        name=f"{task_type}{index}",
+        argv=argv,
+        env=env,
+        cwd=platform.cwd,
+        log=f"{log_dir(platform)}/{task_type}_{index}.log",
+        role=task_type,
+        rank=None,
+        daemon=task_type == "ps" or (task_type == "worker" and platform.settings.tf_chief),
+    )
+
+
+def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
+    if not any(flag in platform.appended for flag in FLAGS):
+        if platform.num_hosts() > 1:
+            raise InputError(
+                f"MA_NUM_HOSTS={platform.env['MA_NUM_HOSTS']!r} but the platform appended none of "
+                "--task_index --ps_hosts --worker_hosts --job_name: expected them on a multi-node "
+                "TensorFlow job"
+            )
+        argv = script_argv(platform)
+        node = NodePlan(
+            0, platform.hostname, processes=(_process(platform, argv, "worker", 0, {}),)
+        )
+        return LaunchPlan("tensorflow", (node,))
+
+    job, index, ps, workers = _read_job(platform)
+    argv = script_argv(platform)
+    chief = platform.settings.tf_chief
+    cluster = build_cluster(ps, workers, chief)
+
+    # Every container of the job, in a fixed order: ps, then chief, then workers.
+    tasks = [
+        Task(task_type, i, address)
+        for task_type in ("ps", "chief", "worker")
+        for i, address in enumerate(cluster.get(task_type, ()))
+    ]
+    own_type, own_index = cluster_task(job, index, chief)
+    if own_type == "evaluator":
+        tasks.append(Task("evaluator", own_index, None))
+    position = next(n for n, t in enumerate(tasks) if (t.type, t.index) == (own_type, own_index))
+
+    def node_plan(n: int, task: Task) -> NodePlan:
+        env = {"TF_CONFIG": tf_config(cluster, task.type, task.index)}
+        host = platform.hostname
+        if task.address is not None:
+            host = (split_address(task.address) or (task.address, 0))[0]
+        return NodePlan(n, host, processes=(_process(platform, argv, task.type, task.index, env),))
+
+    if not all_nodes:
+        return LaunchPlan("tensorflow", (node_plan(position, tasks[position]),))
+    notes = (
+        "each node here is one container running one task (on several machines the "
+        "platform starts one ps and one worker container on each)",
+    )
+    return LaunchPlan("tensorflow", tuple(node_plan(n, t) for n, t in enumerate(tasks)), notes)

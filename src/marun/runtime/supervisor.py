@@ -1,0 +1,463 @@
+"""Start this node's processes and own them until the end, like an init.
+
+One loop in the main thread does everything, so nothing races: it waits (selectors) on every
+process's output pipe and on the signal pipe, reads what is there, reaps whatever ended
+(`waitpid(-1)`, orphans included), restarts or fails fast, and moves the shutdown on. Each
+planned process is the leader of its own session, so a signal sent to its process group reaches
+what it started too.
+
+The exit code, decided by the first cause of the end:
+- every non-daemon process exited 0: 0 (daemons are then stopped; that is still success);
+- a process failed (non-zero, not restarted): its code, 128+N when signal N ended it;
+- SIGTERM/SIGINT/SIGHUP/SIGQUIT came first: 128+N, whatever the processes did with the relayed
+  signal (they are interrupted work; each one's own status is in result.json), except that a
+  plan of daemons only (sshd on an MPI worker node) ends normally that way and exits 0.
+A failure or signal arriving while the job is already stopping changes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from marun.errors import bad_value
+from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
+from marun.runtime.output import (
+    Console,
+    ConsoleSelection,
+    OutputStream,
+    new_tail,
+    open_log,
+)
+from marun.runtime.reaper import (
+    Ending,
+    become_subreaper,
+    direct_children,
+    live_groups,
+    reap,
+    signal_group,
+)
+from marun.runtime.result import JobRecord, ProcessRecord, describe, failure_summary, write_result
+from marun.runtime.signals import RELAYED, STOPPING, SignalPipe, signal_name
+
+RECOVERY_ROLES = ("worker", "scheduler")
+_KILL_WAIT = 10.0  # after SIGKILL, how long to wait for the kernel to take processes away
+_TICK = 0.5  # at most this long between checks, so nothing depends on a single wake-up
+_READ_SIZE = 1 << 16  # per pipe and wake-up: a chatty rank cannot starve the others
+
+
+@dataclass(frozen=True)
+class SupervisorOptions:
+    grace_period: float = 30.0
+    max_restarts: int = 3
+    recovery_wait: float = 30.0
+    console: ConsoleSelection = field(default_factory=ConsoleSelection)
+    record_dir: str | None = None  # where result.json goes; default: the first log's directory
+    # Off for `marun simulate`, whose processes are whole `marun run`s that prefix their own lines.
+    prefix_output: bool = True
+
+
+def options_from_settings(settings: Any, record_dir: str | None = None) -> SupervisorOptions:
+    """Validated supervision options (bad values end as InputError before anything starts)."""
+    for name in ("grace_period", "recovery_wait", "max_restarts"):
+        value = getattr(settings, name)
+        if value < 0:
+            raise bad_value(name, value, "a number >= 0")
+    return SupervisorOptions(
+        grace_period=float(settings.grace_period),
+        max_restarts=int(settings.max_restarts),
+        recovery_wait=float(settings.recovery_wait),
+        console=ConsoleSelection.parse(settings.console_ranks),
+        record_dir=record_dir,
+    )
+
+
+def recovery_enabled(spec: ProcessSpec, inherited: Mapping[str, str]) -> bool:
+    """MindSpore's recovery contract: MS_ENABLE_RECOVERY=1 (set by the plan or inherited) on a
+    worker or the scheduler."""
+    value = spec.env.get("MS_ENABLE_RECOVERY", inherited.get("MS_ENABLE_RECOVERY", ""))
+    return value.strip() == "1" and spec.role in RECOVERY_ROLES
+
+
+class Supervisor:
+    def __init__(
+        self, plan: LaunchPlan, node: NodePlan, options: SupervisorOptions, console: Console
+    ) -> None:
+        from marun.runtime.log import get_logger
+
+        self._log = get_logger("marun.runtime.supervisor")
+        self._options = options
+        self._console = console
+        self._node = node
+        self.job = JobRecord(
+            mode=plan.mode,
+            node=node.index,
+            host=node.host,
+            processes=[ProcessRecord(spec=p, tail=new_tail()) for p in node.processes],
+        )
+        self._records = self.job.processes
+        # Everything that can be refused (a cwd or log that cannot be created) is done now,
+        # before the first process starts.
+        for rec in self._records:
+            try:
+                os.makedirs(rec.spec.cwd, exist_ok=True)
+            except OSError as exc:
+                raise bad_value(
+                    f"working directory of {rec.spec.name}",
+                    rec.spec.cwd,
+                    f"a directory marun can create ({exc.strerror})",
+                ) from None
+        self._log_fds = [open_log(rec.spec.log) for rec in self._records]
+        self._running: dict[int, tuple[ProcessRecord, subprocess.Popen[bytes]]] = {}
+        self._groups: set[int] = set()  # every process group started, leader alive or not
+        self._pending: dict[int, float] = {}  # record index -> monotonic time of its restart
+        # "running", then "stopping" (stop signal sent), "killing" (SIGKILL sent), and
+        # "gave up" when processes outlive even SIGKILL (stuck in the kernel).
+        self._phase = "running"
+        self._deadline = 0.0
+        self._signalled: set[int] = set()  # adopted orphans signalled one by one while stopping
+        self._stop_sig = int(signal.SIGTERM)
+        self._last_scan = 0.0
+        self._children_left = True
+        self._subreaper = False
+        self._sel: selectors.BaseSelector = selectors.DefaultSelector()
+        self._daemons_only = all(rec.spec.daemon for rec in self._records)
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> int:
+        self._subreaper = become_subreaper()
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()  # the console writes to fd 1 directly, after anything buffered
+        try:
+            with SignalPipe() as sigs:
+                self._sel.register(sigs.fileno(), selectors.EVENT_READ, None)
+                self.job.started = time.time()
+                for index in range(len(self._records)):
+                    if not self._start(index):
+                        break
+                while not self._finished():
+                    for key, _ in self._sel.select(self._timeout()):
+                        if key.data is None:
+                            self._on_signals(sigs.drain())
+                        else:
+                            self._read(key.fd, key.data)
+                    self._reap()
+                    self._restart_due()
+                    self._advance()
+                self._drain_outputs()
+        finally:
+            # Whatever happened above (even a bug), no process marun started outlives it.
+            if self._running:
+                self._signal_everything(signal.SIGKILL)
+            self._sel.close()
+            for fd in self._log_fds:
+                os.close(fd)
+        return self._finish()
+
+    def _finished(self) -> bool:
+        return self._phase != "running" and (not self._children_left or self._phase == "gave up")
+
+    def _timeout(self) -> float:
+        now = time.monotonic()
+        due = [t - now for t in self._pending.values()]
+        if self._phase in ("stopping", "killing"):
+            due.append(self._deadline - now)
+        return max(0.0, min([_TICK, *due]))
+
+    # -- starting ---------------------------------------------------------------------------
+
+    def _start(self, index: int) -> bool:
+        rec = self._records[index]
+        spec = rec.spec
+        env = dict(os.environ)
+        env.update(spec.env)
+        read_fd, write_fd = os.pipe()
+        now = time.time()
+        try:
+            popen = subprocess.Popen(
+                list(spec.argv),
+                cwd=spec.cwd,
+                env=env,
+                stdout=write_fd,
+                stderr=write_fd,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            os.close(read_fd)
+            rec.error = f"cannot start {spec.argv[0]!r}: {exc.strerror}"
+            code = 126 if exc.errno in (errno.EACCES, errno.ENOEXEC, errno.EISDIR) else 127
+            rec.started = rec.started or now
+            rec.ended = now
+            rec.ending = Ending(code)
+            self._emit("process_failed_to_start", "error", process=spec.name, error=rec.error)
+            self._fail(rec)
+            return False
+        finally:
+            os.close(write_fd)
+        os.set_blocking(read_fd, False)
+        shown = self._options.console.shows(spec.name, spec.role, spec.rank)
+        prefix = (
+            f"[{self._node.index}:{rec.label}] ".encode() if self._options.prefix_output else b""
+        )
+        stream = OutputStream(
+            self._log_fds[index], self._console if shown else None, prefix, rec.tail
+        )
+        self._sel.register(read_fd, selectors.EVENT_READ, stream)
+        self._running[popen.pid] = (rec, popen)
+        self._groups.add(popen.pid)
+        rec.pids.append(popen.pid)
+        rec.started = rec.started or now
+        rec.ended = None
+        rec.ending = None
+        rec.stopped_by = None
+        self._emit(
+            "process_started",
+            process=spec.name,
+            rank=spec.rank,
+            role=spec.role,
+            pid=popen.pid,
+            attempt=len(rec.pids),
+            argv=list(spec.argv),
+            log=spec.log,
+        )
+        return True
+
+    # -- output -----------------------------------------------------------------------------
+
+    def _read(self, fd: int, stream: OutputStream) -> None:
+        try:
+            data = os.read(fd, _READ_SIZE)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data:
+            stream.feed(data)
+            return
+        stream.close()
+        self._sel.unregister(fd)
+        os.close(fd)
+
+    def _drain_outputs(self) -> None:
+        """Take in what is left in every pipe, without waiting for writers that live on."""
+        for key in list(self._sel.get_map().values()):
+            if key.data is None:
+                continue
+            stream: OutputStream = key.data
+            while True:
+                try:
+                    data = os.read(key.fd, _READ_SIZE)
+                except OSError:
+                    data = b""
+                if not data:
+                    break
+                stream.feed(data)
+            stream.close()
+            self._sel.unregister(key.fd)
+            os.close(key.fd)
+
+    # -- endings ----------------------------------------------------------------------------
+
+    def _reap(self) -> None:
+        ended, self._children_left = reap()
+        now = time.time()
+        for pid, ending in ended:
+            entry = self._running.pop(pid, None)
+            if entry is None:
+                self.job.orphans_reaped += 1
+                continue
+            rec, popen = entry
+            popen.returncode = ending.code if ending.signal is None else -ending.signal
+            rec.ending = ending
+            rec.ended = now
+            self._emit(
+                "process_exited",
+                process=rec.spec.name,
+                rank=rec.spec.rank,
+                pid=pid,
+                exit_code=ending.code,
+                signal=None if ending.signal is None else signal_name(ending.signal),
+            )
+            if self._phase == "running" and ending.code != 0:
+                self._on_failure(rec)
+        if not self._subreaper and not self._running:
+            # Without adoption, orphans are not ours to wait for: the planned ones are all.
+            self._children_left = False
+
+    def _on_failure(self, rec: ProcessRecord) -> None:
+        env = os.environ
+        if recovery_enabled(rec.spec, env) and rec.restarts < self._options.max_restarts:
+            index = self._records.index(rec)
+            self._pending[index] = time.monotonic() + self._options.recovery_wait
+            self._emit(
+                "process_restart_scheduled",
+                process=rec.spec.name,
+                rank=rec.spec.rank,
+                restart=rec.restarts + 1,
+                max_restarts=self._options.max_restarts,
+                in_seconds=self._options.recovery_wait,
+            )
+            return
+        self._fail(rec)
+
+    def _fail(self, rec: ProcessRecord) -> None:
+        if self._phase != "running":
+            return
+        assert rec.ending is not None
+        self.job.first_failure = rec
+        self.job.outcome = "failed"
+        self.job.exit_code = rec.ending.code
+        self._emit(
+            "job_failed",
+            "error",
+            process=rec.spec.name,
+            rank=rec.spec.rank,
+            status=describe(rec.ending),
+        )
+        self._begin_stop("failure", signal.SIGTERM)
+
+    def _restart_due(self) -> None:
+        now = time.monotonic()
+        for index, due in sorted(self._pending.items()):
+            if due <= now and self._phase == "running":
+                del self._pending[index]
+                rec = self._records[index]
+                self._emit(
+                    "process_restarting",
+                    process=rec.spec.name,
+                    rank=rec.spec.rank,
+                    restart=rec.restarts + 1,
+                    max_restarts=self._options.max_restarts,
+                )
+                rec.tail.clear()
+                self._start(index)
+
+    def _advance(self) -> None:
+        if self._phase == "running":
+            waiting = [
+                r for i, r in enumerate(self._records) if r.ending is None or i in self._pending
+            ]
+            workers = [r for r in self._records if not r.spec.daemon]
+            if workers and all(r.ending is not None and r.ending.code == 0 for r in workers):
+                self._begin_stop("done", signal.SIGTERM)
+            elif not waiting:
+                # Daemons only, and all of them have ended on their own (with 0: a non-zero end
+                # is a failure above).
+                self._begin_stop("done", signal.SIGTERM)
+            return
+        now = time.monotonic()
+        if self._phase == "stopping" and now >= self._deadline:
+            self._phase = "killing"
+            self._deadline = now + _KILL_WAIT
+            self._emit("killing", "warning", after_grace_seconds=self._options.grace_period)
+            self._signal_everything(signal.SIGKILL)
+        elif self._phase == "killing" and now >= self._deadline:
+            self._phase = "gave up"
+            left = [pid for pid, _ in direct_children()] or sorted(self._running)
+            self._emit("processes_left_after_sigkill", "error", pids=left)
+        elif self._children_left and now - self._last_scan >= _TICK:
+            # Orphans adopted while stopping get the same signal as everyone before them.
+            self._last_scan = now
+            self._signal_orphans(signal.SIGKILL if self._phase == "killing" else self._stop_sig)
+
+    # -- signals ----------------------------------------------------------------------------
+
+    def _on_signals(self, numbers: list[int]) -> None:
+        for signum in numbers:
+            if signum not in RELAYED:
+                continue  # SIGCHLD: every wake-up reaps anyway
+            self._emit("signal_received", "warning", signal=signal_name(signum), phase=self._phase)
+            if signum in STOPPING and self._phase == "running":
+                self._pending.clear()
+                if self._daemons_only:
+                    self.job.outcome = "succeeded"
+                    self.job.exit_code = 0
+                else:
+                    self.job.outcome = "interrupted"
+                    self.job.exit_code = 128 + signum
+                self.job.signal = signum
+                self._begin_stop(f"received {signal_name(signum)}", signum)
+            elif signum in STOPPING:
+                self._signal_everything(signum)
+            else:
+                for pid in list(self._running):
+                    signal_group(pid, signum)
+
+    def _begin_stop(self, reason: str, signum: int) -> None:
+        if self._phase != "running":
+            return
+        self._phase = "stopping"
+        self._stop_sig = signum
+        self._pending.clear()
+        self._deadline = time.monotonic() + self._options.grace_period
+        if self._running or self._children_left:
+            self._emit(
+                "stopping",
+                reason=reason,
+                signal=signal_name(signum),
+                grace_seconds=self._options.grace_period,
+                running=len(self._running),
+            )
+        self._signal_everything(signum)
+
+    def _signal_everything(self, signum: int) -> None:
+        """Signal every process group marun started that still has a member, then any adopted
+        orphan outside those groups (a daemon that made its own session)."""
+        for rec, _ in self._running.values():
+            if rec.stopped_by != signal.SIGKILL:
+                rec.stopped_by = signum
+        groups = live_groups(self._groups)
+        for pgid in groups:
+            signal_group(pgid, signum)
+        self._signalled.clear()
+        self._signal_orphans(signum, groups)
+
+    def _signal_orphans(self, signum: int, groups: set[int] | None = None) -> None:
+        groups = live_groups(self._groups) if groups is None else groups
+        for pid, pgid in direct_children():
+            if pgid in groups or pid in self._signalled:
+                continue
+            self._signalled.add(pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    # -- the end ----------------------------------------------------------------------------
+
+    def _finish(self) -> int:
+        job = self.job
+        job.ended = time.time()
+        directory = self._options.record_dir or os.path.dirname(self._records[0].spec.log)
+        path: str | None = None
+        try:
+            path = write_result(directory, job)
+        except OSError as exc:
+            self._emit("result_not_written", "warning", directory=directory, error=exc.strerror)
+        if job.first_failure is not None:
+            try:
+                sys.stderr.write(failure_summary(job))
+                sys.stderr.flush()
+            except OSError:
+                pass
+        self._emit(
+            "job_finished",
+            outcome=job.outcome,
+            exit_code=job.exit_code,
+            orphans_reaped=job.orphans_reaped,
+            result=path,
+        )
+        return job.exit_code
+
+    def _emit(self, event: str, level: str = "info", **fields: Any) -> None:
+        """A structlog event; a closed stderr must not stop the supervision."""
+        with contextlib.suppress(OSError, ValueError):
+            getattr(self._log, level)(event, node=self._node.index, **fields)

@@ -1,0 +1,313 @@
+"""`marun simulate`: a whole job on this machine, so a start file can be tried before a cluster
+is paid for.
+
+For every simulated container it makes exactly what the platform would inject (the MA_*/VC_*
+variables, a rank table for `ascend`, the appended `--init_method` or TensorFlow arguments) and
+starts one `marun run --supervise` with it on 127.0.0.1, ports picked free. Those runs are the
+processes of one plan on this machine, supervised like any other: fail-fast across the simulated
+nodes, signals relayed, the job's exit status returned. Each inner run prefixes its own lines
+`[node:rank]`; the outer supervisor adds nothing.
+
+`mpi` runs on simulated hosts instead: one network namespace per node (needs root), see
+`run_mpi_simulation`.
+
+Layout: everything under `<log dir>/simulate/`: `node<i>/` is node i's log directory (and, for
+`ascend`, its working directory, so the per-device `device<id>/` directories of different nodes
+do not collide), `rank_table.json` for `ascend`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from marun.errors import InputError, bad_value
+from marun.inputs.injected import Platform
+from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
+
+SIM_MODES = ("pytorch", "mindspore", "tensorflow", "ascend")
+JOB = "marun-sim"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class Container:
+    """One container the platform would start: its env, appended words and where it runs."""
+
+    name: str
+    env: Mapping[str, str]
+    appended: tuple[str, ...]
+    cwd: str
+    log_dir: str
+    daemon: bool = False
+
+
+def _node_env(nodes: int, devices: int, index: int, task: str = "worker") -> dict[str, str]:
+    return {
+        # The inner runs' start/exit events would bury the ranks' output; warnings still show.
+        "MARUN_LOG_LEVEL": os.environ.get("MARUN_LOG_LEVEL", "warning"),
+        "MA_NUM_HOSTS": str(nodes),
+        "MA_NUM_GPUS": str(devices),
+        "VC_TASK_INDEX": str(index),
+        "MA_VJ_NAME": JOB,
+        "MA_TASK_NAME": task,
+        f"VC_{task.upper()}_HOSTS": ",".join(["127.0.0.1"] * nodes),
+        "MA_CURRENT_IP": "127.0.0.1",
+    }
+
+
+def rank_table(nodes: int, devices: int) -> dict[str, object]:
+    """A server_list (version 1.0) table as the platform mounts it, every server on 127.0.0.1.
+    The device addresses are from TEST-NET-1: no NPU exists here, nothing dials them."""
+    return {
+        "version": "1.0",
+        "server_count": str(nodes),
+        "server_list": [
+            {
+                "server_id": f"{JOB}-worker-{i}",
+                "host_nic_ip": "127.0.0.1",
+                "device": [
+                    {
+                        "device_id": str(d),
+                        "device_ip": f"192.0.2.{(i * devices + d) % 250 + 1}",
+                        "rank_id": str(i * devices + d),
+                    }
+                    for d in range(devices)
+                ],
+            }
+            for i in range(nodes)
+        ],
+        "status": "completed",
+    }
+
+
+def containers(
+    mode: str, nodes: int, devices: int, cwd: str, sim_dir: str, tf_chief: bool = False
+) -> list[Container]:
+    def node_dir(i: int) -> str:
+        return os.path.join(sim_dir, f"node{i}")
+
+    if mode == "pytorch":
+        port = free_port()
+        out = []
+        for i in range(nodes):
+            appended: tuple[str, ...] = ("--init_method", f"tcp://127.0.0.1:{port}")
+            if nodes > 1:
+                appended += ("--rank", str(i), "--world_size", str(nodes))
+            out.append(
+                Container(f"node{i}", _node_env(nodes, devices, i), appended, cwd, node_dir(i))
+            )
+        return out
+    if mode == "mindspore":
+        sched_port = str(free_port())
+        return [
+            Container(
+                f"node{i}",
+                {**_node_env(nodes, devices, i), "MARUN_MS_SCHED_PORT": sched_port},
+                (),
+                cwd,
+                node_dir(i),
+            )
+            for i in range(nodes)
+        ]
+    if mode == "tensorflow":
+        if nodes == 1:
+            # One node: one container, nothing appended (the platform's single-node TF job).
+            return [Container("node0", _node_env(1, devices, 0), (), cwd, node_dir(0))]
+        ps = [f"127.0.0.1:{free_port()}" for _ in range(nodes)]
+        workers = [f"127.0.0.1:{free_port()}" for _ in range(nodes)]
+        out = []
+        for job in ("ps", "worker"):
+            for i in range(nodes):
+                appended = (
+                    "--task_index", str(i),
+                    "--ps_hosts", "[" + ",".join(ps) + "]",
+                    "--worker_hosts", "[" + ",".join(workers) + "]",
+                    "--job_name", job,
+                )  # fmt: skip
+                env = _node_env(nodes, devices, i, job)
+                # Servers never end by themselves: ps, and under a chief every other worker.
+                serves = job == "ps" or (tf_chief and i > 0)
+                out.append(
+                    Container(f"{job}{i}", env, appended, cwd, node_dir(i) + f"-{job}", serves)
+                )
+        return out
+    if mode == "ascend":
+        table = os.path.join(sim_dir, "rank_table.json")
+        out = []
+        for i in range(nodes):
+            for d in range(devices):
+                env = {
+                    **_node_env(nodes, devices, i),
+                    "RANK_TABLE_FILE": table,
+                    "RANK_ID": str(i * devices + d),
+                    "RANK_SIZE": str(nodes * devices),
+                    "ASCEND_DEVICE_ID": str(d),
+                }
+                # The platform runs the start file once per device, each in the node's cwd.
+                out.append(Container(f"node{i}-dev{d}", env, (), node_dir(i), node_dir(i)))
+        return out
+    raise bad_value("--mode", mode, "one of " + ", ".join(SIM_MODES) + " (mpi: see docs/mpi.md)")
+
+
+def simulation_plan(
+    platform: Platform,
+    mode: str,
+    nodes: int,
+    devices: int,
+    marun_options: Sequence[str] = (),
+) -> tuple[LaunchPlan, list[Container], str]:
+    """The outer plan (one `marun run` per container on this machine), the containers, and the
+    simulation directory. Nothing is written."""
+    if nodes < 1:
+        raise bad_value("--nodes", nodes, "an integer >= 1")
+    if devices < 1:
+        raise bad_value("--devices", devices, "an integer >= 1")
+    if not platform.command:
+        raise InputError("no script given: expected `marun simulate [OPTIONS] -- SCRIPT [ARGS...]`")
+    from marun.inputs.injected import resolve_command
+    from marun.plan.modes.common import log_dir
+
+    # The script must exist before anything starts; inner runs resolve it again, identically.
+    resolve_command(platform.command, platform.cwd, platform.python)
+    sim_dir = os.path.join(log_dir(platform), "simulate")
+    boxes = containers(mode, nodes, devices, platform.cwd, sim_dir, platform.settings.tf_chief)
+    processes = []
+    for box in boxes:
+        argv = (
+            platform.python, "-m", "marun", "run", "--mode", mode, "--supervise",
+            "--log-dir", box.log_dir, *marun_options,
+            "--", *script_words(platform), *box.appended,
+        )  # fmt: skip
+        processes.append(
+            ProcessSpec(
+                name=box.name,
+                argv=argv,
+                env=dict(box.env),
+                cwd=box.cwd,
+                log=os.path.join(box.log_dir, "marun.runtime.log"),
+                role="node",
+                daemon=box.daemon,
+            )
+        )
+    plan = LaunchPlan(
+        f"simulate-{mode}",
+        (NodePlan(0, "localhost", processes=tuple(processes)),),
+        (f"{len(boxes)} container(s) of a {nodes}-node x {devices}-device {mode} job",),
+    )
+    return plan, boxes, sim_dir
+
+
+def script_words(platform: Platform) -> tuple[str, ...]:
+    """The user's command with a script path made absolute: an ascend node runs elsewhere."""
+    first = platform.command[0]
+    if first.endswith(".py") or os.sep in first:
+        first = os.path.abspath(os.path.join(platform.cwd, first))
+    return (first, *platform.command[1:])
+
+
+def write_inputs(mode: str, nodes: int, devices: int, sim_dir: str) -> None:
+    os.makedirs(sim_dir, exist_ok=True)
+    if mode == "ascend":
+        path = os.path.join(sim_dir, "rank_table.json")
+        with open(path, "w") as fh:
+            json.dump(rank_table(nodes, devices), fh, indent=2)
+
+
+def inner_platform(platform: Platform, box: Container) -> Platform:
+    """The platform as the first container sees it: for showing the job's plan."""
+    from marun.inputs.appended_args import split_appended
+
+    env = {k: v for k, v in platform.env.items() if not k.startswith(("MA_", "VC_"))}
+    env.update(box.env)
+    words, appended = split_appended((*script_words(platform), *box.appended))
+    settings = replace(platform.settings, log_dir=box.log_dir)
+    for key, value in box.env.items():
+        if key == "MARUN_MS_SCHED_PORT":
+            settings = replace(settings, ms_sched_port=int(value))
+    return replace(
+        platform, env=env, command=words, appended=appended, cwd=box.cwd, settings=settings
+    )
+
+
+def run_mpi_simulation(
+    platform: Platform, nodes: int, devices: int, marun_options: Sequence[str], options: Any
+) -> int:
+    """MPI on simulated hosts: one network namespace per node (its own address, host name,
+    /etc/hosts naming every node as the platform does, /run and /dev/shm), a Volcano-style ssh
+    secret shared by all, and on each host `marun run --mode mpi` as PID 1, as in a container.
+    Needs root; says what is missing otherwise."""
+    from marun.inputs.injected import resolve_command
+    from marun.sim.netns import NetnsCluster, available
+
+    if nodes < 1 or devices < 1:
+        raise bad_value("--nodes/--devices", f"{nodes}/{devices}", "integers >= 1")
+    if not platform.command:
+        raise InputError("no script given: expected `marun simulate [OPTIONS] -- SCRIPT [ARGS...]`")
+    resolve_command(platform.command, platform.cwd, platform.python)
+    reason = available()
+    if reason:
+        raise InputError(
+            f"simulate --mode mpi builds one network namespace per node: {reason}; run it as "
+            "root (sudo), or simulate the job in another mode"
+        )
+    from marun.mpi.ssh_keys import generate_key, make_private_dir, write_authorized_keys
+    from marun.plan.modes.common import log_dir
+    from marun.runtime.output import Console
+    from marun.runtime.supervisor import Supervisor
+
+    sim_dir = os.path.join(log_dir(platform), "simulate")
+    ssh_dir = os.path.join(sim_dir, "ssh")  # what Volcano's ssh plugin mounts in every pod
+    make_private_dir(ssh_dir)
+    key = os.path.join(ssh_dir, "id_rsa")
+    if os.path.exists(key):
+        os.remove(key)
+        os.remove(key + ".pub")
+    generate_key(key, f"{JOB}-simulated")
+    write_authorized_keys([key + ".pub"], os.path.join(ssh_dir, "authorized_keys"))
+    hosts_dir = os.path.join(sim_dir, "hosts")
+    os.makedirs(hosts_dir, exist_ok=True)
+    with NetnsCluster(nodes, job=JOB, task="worker", workdir=Path(hosts_dir)) as cluster:
+        processes = []
+        for i in range(nodes):
+            host = cluster.host_dir(i)
+            (host / "tmp").mkdir(parents=True, exist_ok=True)
+            env = {
+                "MA_NUM_HOSTS": str(nodes),
+                "MA_NUM_GPUS": str(devices),
+                "VC_TASK_INDEX": str(i),
+                "MA_VJ_NAME": JOB,
+                "MA_TASK_NAME": "worker",
+                "MARUN_SSH_DIR": ssh_dir,
+                "MARUN_RUN_DIR": str(host / "run"),  # hosts share /tmp: each its own files
+                "TMPDIR": str(host / "tmp"),
+                "MARUN_LOG_LEVEL": os.environ.get("MARUN_LOG_LEVEL", "warning"),
+            }
+            inner = (
+                platform.python, "-m", "marun", "run", "--mode", "mpi", "--supervise",
+                "--log-dir", os.path.join(sim_dir, f"node{i}"), *marun_options,
+                "--", *script_words(platform),
+            )  # fmt: skip
+            processes.append(
+                ProcessSpec(
+                    name=f"node{i}",
+                    argv=tuple(cluster.command(i, inner, pid1=True, cwd=platform.cwd)),
+                    env=env,
+                    cwd=platform.cwd,
+                    log=os.path.join(sim_dir, f"node{i}", "marun.runtime.log"),
+                    role="node",
+                )
+            )
+        plan = LaunchPlan("simulate-mpi", (NodePlan(0, "localhost", processes=tuple(processes)),))
+        options = replace(options, record_dir=sim_dir)
+        return Supervisor(plan, plan.nodes[0], options, Console()).run()

@@ -1,0 +1,275 @@
+"""Cluster formation (marun.mpi.formation) against real listeners on loopback addresses
+(127.0.0.2, 127.0.0.3, ...: one "host" each, all on the same port, as every node's sshd is),
+real name resolution, and a real sshd for the login step.
+
+Two tests replace the resolver with a function of their own, because what they check cannot be
+seen through the system's: that every name is looked up at once (the resolver waits at a barrier
+that opens only when all lookups are in flight together) and that a lookup failing twice is
+retried. Nothing here asserts on elapsed time.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from marun.mpi.formation import Formation, FormationError, NotReady, ssh_problem
+
+
+@pytest.fixture
+def port() -> int:
+    """A port free on 127.0.0.2 and 127.0.0.3 (the tests' hosts) right now."""
+    for _ in range(20):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.2", 0))
+            candidate = int(probe.getsockname()[1])
+        try:
+            with socket.socket() as other:
+                other.bind(("127.0.0.3", candidate))
+        except OSError:
+            continue
+        return candidate
+    raise RuntimeError("no common free port on 127.0.0.2 and 127.0.0.3")
+
+
+class Listeners:
+    """Listening sockets standing in for the hosts' sshd ports (the kernel completes each
+    connection from its backlog; nothing needs to accept)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self._socks: list[socket.socket] = []
+
+    def open(self, address: str) -> None:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((address, self.port))
+        sock.listen(64)
+        self._socks.append(sock)
+
+    def close(self) -> None:
+        for sock in self._socks:
+            sock.close()
+
+
+@pytest.fixture
+def listeners(port: int) -> Iterator[Listeners]:
+    made = Listeners(port)
+    yield made
+    made.close()
+
+
+def test_every_host_ready_gives_the_addresses_in_host_order(listeners: Listeners) -> None:
+    for address in ("127.0.0.2", "127.0.0.3"):
+        listeners.open(address)
+    lines: list[str] = []
+    formation = Formation(
+        ["localhost", "127.0.0.2", "127.0.0.3"], listeners.port, None, 30, report=lines.append
+    )
+    assert formation.run() == ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+    assert lines[-1].startswith("cluster formation: 3/3 hosts ready in ")
+
+
+def test_names_each_missing_host_and_why(listeners: Listeners) -> None:
+    listeners.open("127.0.0.2")
+    hosts = ["localhost", "127.0.0.2", "127.0.0.3", "no-such-host.invalid"]
+    with pytest.raises(FormationError) as info:
+        Formation(hosts, listeners.port, None, 1.0).run()
+    lines = str(info.value).splitlines()
+    assert lines[0] == (
+        "cluster formation failed: 2 of 4 hosts not ready within formation_timeout=1s:"
+    )
+    assert lines[1] == f"  node 2 127.0.0.3: port {listeners.port} closed (connection refused)"
+    assert lines[2].startswith("  node 3 no-such-host.invalid: no DNS answer (")
+    assert len(lines) == 3
+    assert not info.value.interrupted
+
+
+def test_waits_for_a_late_host_and_shows_progress(listeners: Listeners) -> None:
+    """Host 1's port opens only once the formation has said it is waiting for it."""
+    lines: list[str] = []
+
+    def report(line: str) -> None:
+        lines.append(line)
+        if "waiting for" in line and len(lines) == 1:
+            listeners.open("127.0.0.2")
+
+    formation = Formation(["localhost", "127.0.0.2"], listeners.port, None, 60, report=report)
+    assert formation.run() == ["127.0.0.1", "127.0.0.2"]
+    assert lines[0] == (
+        "cluster formation: 1/2 hosts ready; waiting for node 1 127.0.0.2: "
+        f"port {listeners.port} closed (connection refused)"
+    )
+    assert lines[-1].startswith("cluster formation: 2/2 hosts ready in ")
+
+
+def test_resolves_every_name_at_once(listeners: Listeners) -> None:
+    """Each lookup waits until all of them are in flight: they only pass if done in parallel."""
+    count = 8
+    names = [f"host-{i}.job" for i in range(count)]
+    addresses = {name: f"127.0.0.{10 + i}" for i, name in enumerate(names)}
+    for address in addresses.values():
+        listeners.open(address)
+    barrier = threading.Barrier(count, timeout=20)
+    looked_up: list[str] = []
+
+    def resolve(name: str) -> str:
+        looked_up.append(name)
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            raise NotReady("not every lookup was in flight at once") from None
+        return addresses[name]
+
+    formation = Formation(names, listeners.port, None, 30, local=None, resolve=resolve)
+    assert formation.run() == [addresses[n] for n in names]
+    assert sorted(looked_up) == sorted(names)
+
+
+def test_retries_a_failing_lookup(listeners: Listeners) -> None:
+    """DNS for a pod's name may appear only after the pod starts: a lookup is retried."""
+    listeners.open("127.0.0.2")
+    calls: list[str] = []
+
+    def resolve(name: str) -> str:
+        calls.append(name)
+        if name == "late.job" and calls.count(name) <= 2:
+            raise NotReady("no DNS answer (not yet)")
+        return "127.0.0.1" if name == "me.job" else "127.0.0.2"
+
+    formation = Formation(["me.job", "late.job"], listeners.port, None, 30, resolve=resolve)
+    assert formation.run() == ["127.0.0.1", "127.0.0.2"]
+    assert calls.count("late.job") == 3
+
+
+def test_two_hosts_at_one_address_is_a_failure(listeners: Listeners) -> None:
+    listeners.open("127.0.0.2")
+    with pytest.raises(FormationError, match="are the same address"):
+        Formation(["localhost", "127.0.0.2", "127.0.0.2"], listeners.port, None, 30).run()
+
+
+def test_stop_event_ends_the_wait(listeners: Listeners) -> None:
+    """A signal on node 0 (the event) ends formation as interrupted; the hosts it waits for
+    never come."""
+    stop = threading.Event()
+    timer = threading.Timer(0.3, stop.set)
+    timer.start()
+    try:
+        with pytest.raises(FormationError) as info:
+            Formation(["localhost", "127.0.0.3"], listeners.port, None, 600, stop=stop).run()
+    finally:
+        timer.cancel()
+    assert info.value.interrupted
+    assert "cluster formation stopped after" in str(info.value)
+
+
+SSH_FAILURES = [
+    pytest.param(
+        255,
+        "root@10.0.0.2: Permission denied (publickey).\n",
+        "auth refused (root@10.0.0.2: Permission denied (publickey).)",
+        id="auth",
+    ),
+    pytest.param(
+        255,
+        "ssh: connect to host 10.0.0.2 port 36666: Connection refused\n",
+        "port 36666 closed (connection refused)",
+        id="refused",
+    ),
+    pytest.param(
+        255,
+        "Host key verification failed.\n",
+        "host key verification failed (Host key verification failed.)",
+        id="host-key",
+    ),
+    pytest.param(
+        1,
+        "bash: true: command not found\n",
+        "ssh login failed (exit 1: bash: true: command",
+        id="other",
+    ),
+]
+
+
+@pytest.mark.parametrize(("code", "stderr", "expected"), SSH_FAILURES)
+def test_ssh_problem(code: int, stderr: str, expected: str) -> None:
+    assert ssh_problem(code, stderr, 36666).startswith(expected)
+
+
+# -- the login step, with a real sshd -------------------------------------------------------------
+
+
+@pytest.fixture
+def sshd_on_127_0_0_2(tmp_path: Path, port: int) -> Iterator[tuple[int, Path]]:
+    """marun's own sshd config, listening on 127.0.0.2, letting in the key `tmp_path/good`.
+    As root, sshd runs in a private mount namespace with a /run/sshd of its own."""
+    import pwd
+
+    from marun.mpi.sshd_config import render_sshd_config
+
+    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
+    if not os.path.exists(sshd):
+        pytest.skip("openssh-server is not installed")
+    keygen = ["ssh-keygen", "-q", "-t", "ed25519", "-N", ""]
+    for name in ("host", "good", "bad"):
+        subprocess.run([*keygen, "-f", str(tmp_path / name)], check=True)
+    config = tmp_path / "sshd_config"
+    config.write_text(
+        render_sshd_config(
+            port=port,
+            host_key=str(tmp_path / "host"),
+            pid_file=str(tmp_path / "sshd.pid"),
+            authorized_keys=(str(tmp_path / "good.pub"),),
+            hosts=2,
+            user=pwd.getpwuid(os.getuid()).pw_name,
+            listen_address="127.0.0.2",
+        )
+    )
+    cmd = [sshd, "-D", "-e", "-f", str(config)]
+    if os.getuid() == 0:
+        script = 'mount -t tmpfs -o mode=755 marun-test-run /run && mkdir /run/sshd && exec "$@"'
+        cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *cmd]
+    log = (tmp_path / "sshd.log").open("w")
+    proc = subprocess.Popen(cmd, stderr=log)
+    try:
+        for _ in range(200):
+            if proc.poll() is not None:
+                break
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.2", port)) == 0:
+                    break
+            time.sleep(0.05)
+        assert proc.poll() is None, (tmp_path / "sshd.log").read_text()
+        yield port, tmp_path
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        log.close()
+
+
+def _ssh(port: int, key: Path) -> list[str]:
+    """The ssh client as mpirun runs it (the plan's plm_rsh_args)."""
+    return [
+        *("ssh", "-p", str(port), "-i", str(key), "-o", "IdentitiesOnly=yes"),
+        *("-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no"),
+        *("-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR"),
+    ]
+
+
+@pytest.mark.e2e
+def test_login_step_with_a_real_sshd(sshd_on_127_0_0_2: tuple[int, Path]) -> None:
+    port, keys = sshd_on_127_0_0_2
+    hosts = ["localhost", "127.0.0.2"]
+    assert Formation(hosts, port, _ssh(port, keys / "good"), 60).run() == ["127.0.0.1", "127.0.0.2"]
+    with pytest.raises(FormationError) as info:
+        Formation(hosts, port, _ssh(port, keys / "bad"), 3.0).run()
+    assert "node 1 127.0.0.2: auth refused (" in str(info.value)
+    assert "Permission denied (publickey)" in str(info.value)

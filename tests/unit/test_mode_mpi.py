@@ -1,0 +1,703 @@
+"""MPI mode's plan, through the real CLI: sshd (through marun.mpi.sshd_bootstrap) on every node, the
+hostfile and mpi-launcher (with mpirun's argv) on node 0, mpi-follower on the others.
+
+The environment is the platform's own (MA_VJ_NAME, MA_TASK_NAME=worker, VC_TASK_INDEX,
+MA_NUM_HOSTS, MA_NUM_GPUS, VC_WORKER_HOSTS or a Volcano .host file). Nothing here is mocked
+except where noted; the rendered sshd config is checked by the real sshd (`sshd -t`, `sshd -T`,
+and a key login over the exact ssh options the plan gives mpirun).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from conftest import REPO, run_marun
+
+JOB = "ma-job-0a1b2c"
+SECRET_VALUES = ("tok-VALUE-1", "sk VALUE 2", "hunter2")
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Path:
+    """A working directory with the user's script, empty run/volcano directories, and an ssh
+    directory as Volcano's ssh plugin mounts it (the plan only looks at the files and modes; the
+    tests that start sshd put real keys there)."""
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    for sub in ("ssh", "volcano", "lib"):
+        (tmp_path / sub).mkdir()
+    mount_ssh_secret(tmp_path / "ssh")
+    return tmp_path
+
+
+def mount_ssh_secret(ssh: Path, *, mode: int = 0o600, files: tuple[str, ...] = ()) -> None:
+    for name in files or ("id_rsa", "id_rsa.pub", "authorized_keys", "config"):
+        (ssh / name).write_text(f"{name} as the platform mounted it\n")
+        (ssh / name).chmod(mode)
+
+
+def platform_env(job: Path, hosts: int, gpus: int, index: int = 0, **extra: str) -> dict[str, str]:
+    env = {
+        "MA_VJ_NAME": JOB,
+        "MA_TASK_NAME": "worker",
+        "VC_TASK_INDEX": str(index),
+        "MA_NUM_HOSTS": str(hosts),
+        "MA_NUM_GPUS": str(gpus),
+        "LD_LIBRARY_PATH": str(job / "lib"),
+        "PYTHONPATH": str(job / "lib"),
+        "MARUN_RUN_DIR": str(job / "run"),
+        "MARUN_SSH_DIR": str(job / "ssh"),
+        "MARUN_VOLCANO_DIR": str(job / "volcano"),
+        "MARUN_NIC": "lo",
+    }
+    env.update(extra)
+    return env
+
+
+def plan_json(job: Path, env: Mapping[str, str], *args: str) -> dict[str, Any]:
+    res = run_marun(
+        ["plan", "--mode", "mpi", "--all-nodes", "--format", "json", "--", "train.py", *args],
+        env=env,
+        cwd=job,
+    )
+    assert res.returncode == 0, res.stderr
+    data: dict[str, Any] = json.loads(res.stdout)
+    return data
+
+
+def files_of(node: Mapping[str, Any]) -> dict[str, str]:
+    return {os.path.basename(f["path"]): f["content"] for f in node["files"]}
+
+
+def procs_of(node: Mapping[str, Any]) -> dict[str, Any]:
+    return {p["name"]: p for p in node["processes"]}
+
+
+def launcher_argv(job: Path, hosts: int, mpirun: list[str]) -> list[str]:
+    run = job / "run" / JOB
+    return [
+        *(sys.executable, "-m", "marun.mpi.leader", "--hostfile", f"{run}/hostfile"),
+        *("--port", "36666"),
+        *(("--watch-port", "36667") if hosts > 1 else ()),
+        *("--formation-timeout", "600", "--"),
+        *mpirun,
+    ]
+
+
+def mpirun_of(launcher: list[str]) -> list[str]:
+    """The mpirun argv the launcher runs: everything after its `--`."""
+    return launcher[launcher.index("--") + 1 :]
+
+
+def expected_mpirun(
+    job: Path, np: int, key: str, forwarded: list[str], *, tail: tuple[str, ...] = ()
+) -> list[str]:
+    """mpirun's argv as PLATFORM.md/ANCHORS.md give it, written out flag by flag."""
+    run = job / "run" / JOB
+    return [
+        "mpirun",
+        *("-np", str(np)),
+        *("--hostfile", f"{run}/hostfile"),
+        "--mca",
+        "plm_rsh_args",
+        f"-p 36666 -i {key} -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=no "
+        "-o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o ConnectTimeout=10",
+        "--allow-run-as-root",  # these tests run as root; the non-root case is below
+        *("--bind-to", "none", "--map-by", "slot"),
+        *("--mca", "pml", "ob1", "--mca", "btl", "^openib"),
+        *("--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"),
+        "--tag-output",
+        *("--mca", "orte_abort_on_non_zero_status", "1"),
+        *("--mca", "plm_rsh_no_tree_spawn", "1"),
+        *("--mca", "orte_keep_fqdn_hostnames", "1"),
+        *("-x", "NCCL_SOCKET_IFNAME=lo"),
+        *[w for name in forwarded for w in ("-x", name)],
+        sys.executable,
+        str(job / "train.py"),
+        *tail,
+    ]
+
+
+def _pattern_hosts(n: int) -> list[str]:
+    return [f"{JOB}-worker-{i}.{JOB}" for i in range(n)]
+
+
+_VC = [f"modelarts-job-x-worker-{i}.modelarts-job-x" for i in range(3)]
+
+# (hosts, MA_NUM_GPUS, slots, how the hosts are given, expected host names or None = this host)
+CASES = [
+    pytest.param(1, 8, 8, "pattern", None, id="1-node-8-gpus"),
+    pytest.param(2, 8, 8, "pattern", _pattern_hosts(2), id="2-nodes-pattern"),
+    pytest.param(3, 0, 1, "VC_WORKER_HOSTS", _VC, id="3-nodes-cpu-vc-hosts"),
+    pytest.param(2, 2, 2, "volcano-file", ["w0.job", "w1.job"], id="2-nodes-volcano-file"),
+]
+
+
+@pytest.mark.parametrize(("hosts", "gpus", "slots", "source", "names"), CASES)
+def test_all_nodes_plan(
+    job: Path, hosts: int, gpus: int, slots: int, source: str, names: list[str] | None
+) -> None:
+    extra: dict[str, str] = {}
+    if source == "VC_WORKER_HOSTS":
+        extra["VC_WORKER_HOSTS"] = ",".join(_VC)
+    elif source == "volcano-file":
+        (job / "volcano" / "worker.host").write_text("".join(n + "\n" for n in names or []))
+    data = plan_json(job, platform_env(job, hosts, gpus, **extra), "--epochs", "3")
+
+    expected_hosts = names or [socket.gethostname()]
+    assert data["mode"] == "mpi"
+    assert [n["index"] for n in data["nodes"]] == list(range(hosts))
+    assert [n["host"] for n in data["nodes"]] == expected_hosts
+    run = job / "run" / JOB
+
+    node0 = data["nodes"][0]
+    assert files_of(node0)["hostfile"] == "".join(f"{h} slots={slots}\n" for h in expected_hosts)
+    assert [f["path"] for f in node0["files"]] == [f"{run}/sshd_config", f"{run}/hostfile"]
+    procs = procs_of(node0)
+    assert list(procs) == ["sshd", "mpi-launcher"]
+    forwarded = ["PATH", "LD_LIBRARY_PATH", "PYTHONPATH"]
+    forwarded += ["MA_NUM_GPUS", "MA_NUM_HOSTS", "MA_TASK_NAME", "MA_VJ_NAME"]
+    forwarded += ["VC_WORKER_HOSTS"] if source == "VC_WORKER_HOSTS" else []
+    mpirun = expected_mpirun(
+        job, hosts * slots, str(job / "ssh" / "id_rsa"), forwarded, tail=("--epochs", "3")
+    )
+    launcher = procs["mpi-launcher"]
+    assert launcher["argv"] == launcher_argv(job, hosts, mpirun)
+    assert (launcher["role"], launcher["rank"], launcher["daemon"]) == ("mpirun", None, False)
+    assert launcher["env"] == {}
+    assert launcher["log"] == str(job / "marun_logs" / "mpirun.log")
+    assert launcher["cwd"] == str(job)
+
+    for node in data["nodes"]:
+        sshd = procs_of(node)["sshd"]
+        bootstrap = [sys.executable, "-m", "marun.mpi.sshd_bootstrap", "--run-dir", str(run), "--"]
+        assert sshd["argv"][:-5] == bootstrap  # the mounted authorized_keys needs no option
+        assert sshd["argv"][-4:] == ["-D", "-e", "-f", f"{run}/sshd_config"]
+        assert os.path.basename(sshd["argv"][-5]) == "sshd"
+        assert (sshd["role"], sshd["daemon"], sshd["rank"]) == ("sshd", True, None)
+        assert sshd["log"] == f"{run}/sshd.log"
+        assert files_of(node)["sshd_config"] == files_of(node0)["sshd_config"]
+    for node in data["nodes"][1:]:
+        assert list(procs_of(node)) == ["sshd", "mpi-follower"]
+        assert [f["path"] for f in node["files"]] == [f"{run}/sshd_config"]
+        follower = procs_of(node)["mpi-follower"]
+        assert follower["argv"] == [
+            *(sys.executable, "-m", "marun.mpi.follower", "wait", "--run-dir", str(run)),
+            *("--leader", expected_hosts[0], "--watch-port", "36667"),
+            *("--formation-timeout", "600", "--peer-timeout", "60"),
+        ]
+        assert (follower["role"], follower["daemon"]) == ("follower", False)
+        assert follower["log"] == str(job / "marun_logs" / "mpi-follower.log")
+
+    notes = " ".join(data["notes"])
+    assert ("mpi-launcher first forms the cluster" in notes) == (hosts > 1)
+    assert ("nodes 1-" in notes) == (hosts > 2)
+    assert ("node 1 runs sshd and mpi-follower" in notes) == (hosts == 2)
+    assert "no client key" not in notes
+
+
+def test_this_node_only_on_a_worker(job: Path) -> None:
+    """Without --all-nodes, node 2 of 3 plans its sshd and follower: no hostfile, no mpirun."""
+    res = run_marun(
+        ["plan", "--mode", "mpi", "--format", "json", "--", "train.py"],
+        env=platform_env(job, 3, 8, index=2),
+        cwd=job,
+    )
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    (node,) = data["nodes"]
+    assert (node["index"], node["host"]) == (2, f"{JOB}-worker-2.{JOB}")
+    assert list(procs_of(node)) == ["sshd", "mpi-follower"]
+    assert list(files_of(node)) == ["sshd_config"]
+    assert any("nodes 1-2 run sshd and mpi-follower" in n for n in data["notes"])
+
+
+def _sshd_options(node: Mapping[str, Any]) -> list[str]:
+    """sshd_bootstrap's options between `--run-dir R` and `--`."""
+    argv = procs_of(node)["sshd"]["argv"]
+    return list(argv[5 : argv.index("--")])
+
+
+def test_single_node_without_a_mounted_key_uses_a_per_job_key(job: Path) -> None:
+    for name in ("id_rsa", "id_rsa.pub", "authorized_keys"):
+        (job / "ssh" / name).unlink()
+    data = plan_json(job, platform_env(job, 1, 2))
+    run = job / "run" / JOB
+    argv = mpirun_of(procs_of(data["nodes"][0])["mpi-launcher"]["argv"])
+    assert argv[argv.index("plm_rsh_args") + 1].startswith(f"-p 36666 -i {run}/id_ed25519 ")
+    assert _sshd_options(data["nodes"][0]) == ["--new-identity", f"{run}/id_ed25519"]
+    assert any(f"per-job key at {run}/id_ed25519" in n for n in data["notes"])
+
+
+# The platform's ssh secret as found (files, their mode), hosts -> sshd_bootstrap's key options,
+# or the bad input named. Volcano mounts 0600 for root; a key file of ours that others may read
+# is one ssh refuses ("UNPROTECTED PRIVATE KEY FILE").
+KEY_CASES = [
+    pytest.param(("id_rsa", "id_rsa.pub", "authorized_keys"), 0o600, 3, [], None, id="volcano"),
+    pytest.param(
+        ("id_rsa", "id_rsa.pub"), 0o600, 2, ["--authorize", "id_rsa.pub"], None, id="pub-only"
+    ),
+    pytest.param(("id_rsa",), 0o600, 1, [], None, id="1-node-key-only"),
+    pytest.param(("id_rsa",), 0o600, 2, None, "authorized_keys or id_rsa.pub", id="no-pub"),
+    pytest.param((), 0o600, 2, None, "the platform's ssh key", id="no-key-2-nodes"),
+    pytest.param(
+        ("id_rsa", "id_rsa.pub", "authorized_keys"),
+        0o644,
+        2,
+        None,
+        "='0644': expected 0600: ssh ignores a private key that others can read",
+        id="key-0644",
+    ),
+]
+
+
+@pytest.mark.parametrize(("present", "mode", "hosts", "options", "error"), KEY_CASES)
+def test_mounted_keys(
+    job: Path,
+    present: tuple[str, ...],
+    mode: int,
+    hosts: int,
+    options: list[str] | None,
+    error: str | None,
+) -> None:
+    ssh = job / "ssh"
+    for name in ("id_rsa", "id_rsa.pub", "authorized_keys", "config"):
+        (ssh / name).unlink()
+    if present:
+        mount_ssh_secret(ssh, mode=mode, files=present)
+    env = platform_env(job, hosts, 1)
+    if error is not None:
+        res = _bad(job, env, "train.py")
+        assert error in res.stderr
+        assert str(ssh) in res.stderr
+        return
+    assert options is not None
+    data = plan_json(job, env)
+    expected = [str(ssh / w) if w.startswith("id_rsa") else w for w in options]
+    for node in data["nodes"]:
+        assert _sshd_options(node) == expected
+
+
+def test_nic_from_ma_current_ip_and_node_local_vars_stay_home(job: Path) -> None:
+    """No configured NIC: MA_CURRENT_IP picks the interface holding it. Variables that are this
+    node's own (its index, its address) are never shipped to the other nodes' ranks."""
+    env = platform_env(job, 2, 1, MARUN_NIC="", MA_CURRENT_IP="127.0.0.1", VK_TASK_INDEX="0")
+    argv = mpirun_of(procs_of(plan_json(job, env)["nodes"][0])["mpi-launcher"]["argv"])
+    assert argv[argv.index("btl_tcp_if_include") + 1] == "lo"
+    assert "NCCL_SOCKET_IFNAME=lo" in argv
+    shipped = {argv[i + 1] for i, w in enumerate(argv) if w == "-x"}
+    assert not shipped & {"MA_CURRENT_IP", "VC_TASK_INDEX", "VK_TASK_INDEX"}
+    assert "MA_NUM_HOSTS" in shipped
+
+
+def test_users_nccl_socket_ifname_is_forwarded_by_name(job: Path) -> None:
+    env = platform_env(job, 2, 1, NCCL_SOCKET_IFNAME="ib0")
+    argv = mpirun_of(procs_of(plan_json(job, env)["nodes"][0])["mpi-launcher"]["argv"])
+    assert argv.count("NCCL_SOCKET_IFNAME") == 1
+    assert not any(w.startswith("NCCL_SOCKET_IFNAME=") for w in argv)
+
+
+def test_extra_args_replace_marun_defaults(job: Path) -> None:
+    """A site's own --mca/--bind-to/-x replace marun's (Open MPI refuses an MCA parameter given
+    twice), and go before the script."""
+    extra = "--mca btl tcp,self --bind-to core -x PATH --display-map"
+    env = platform_env(job, 2, 1, MARUN_MPIRUN_EXTRA_ARGS=extra)
+    argv = mpirun_of(procs_of(plan_json(job, env)["nodes"][0])["mpi-launcher"]["argv"])
+    assert "^openib" not in argv
+    assert argv.count("--bind-to") == 1
+    assert argv.count("PATH") == 1
+    script = argv.index(str(job / "train.py")) - 1
+    assert argv[script - len(extra.split()) : script] == extra.split()
+    assert argv[argv.index("pml") + 1] == "ob1"  # the rest of marun's defaults stay
+
+
+@pytest.mark.parametrize(
+    ("hosts", "concurrent", "startups"),
+    [(63, None, "100:30:200"), (150, "150", "150:30:300")],
+)
+def test_large_jobs(job: Path, hosts: int, concurrent: str | None, startups: str) -> None:
+    """From 64 hosts up, all ssh launches go at once (horovodrun's practice); every sshd takes
+    every node's handshake at once."""
+    names = ",".join(f"w{i}.job" for i in range(hosts))
+    data = plan_json(job, platform_env(job, hosts, 8, VC_WORKER_HOSTS=names))
+    argv = mpirun_of(procs_of(data["nodes"][0])["mpi-launcher"]["argv"])
+    assert argv[argv.index("-np") + 1] == str(hosts * 8)
+    if concurrent is None:
+        assert "plm_rsh_num_concurrent" not in argv
+    else:
+        assert argv[argv.index("plm_rsh_num_concurrent") + 1] == concurrent
+    assert f"MaxStartups {startups}\n" in files_of(data["nodes"][0])["sshd_config"]
+
+
+def test_sshd_config_content(job: Path) -> None:
+    env = platform_env(job, 2, 1, MARUN_SSHD_PORT="2222", LD_LIBRARY_PATH="/opt/my libs")
+    data = plan_json(job, env)
+    text = files_of(data["nodes"][1])["sshd_config"]
+    run = job / "run" / JOB
+    lines = text.splitlines()
+    for line in [
+        "Port 2222",
+        f"HostKey {run}/ssh_host_ed25519_key",
+        f"PidFile {run}/sshd.pid",
+        f"AuthorizedKeysFile {job}/ssh/authorized_keys {run}/authorized_keys",
+        "AuthenticationMethods publickey",
+        "PubkeyAuthentication yes",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "ChallengeResponseAuthentication no",
+        "PermitRootLogin prohibit-password",
+        "AllowUsers root",
+        "UsePAM no",
+        "StrictModes no",
+        "UseDNS no",
+        "PrintMotd no",
+    ]:
+        assert line in lines
+    setenv = next(line for line in lines if line.startswith("SetEnv "))
+    assert shlex.split(setenv)[1:3] == [
+        f"PATH={os.environ['PATH']}",
+        "LD_LIBRARY_PATH=/opt/my libs",
+    ]
+    assert "$" not in text
+    argv = mpirun_of(procs_of(data["nodes"][0])["mpi-launcher"]["argv"])
+    assert argv[argv.index("plm_rsh_args") + 1].startswith("-p 2222 ")
+
+
+@pytest.mark.parametrize("fmt", ["json", "table", "yaml"])
+def test_secrets_travel_by_name_only(job: Path, fmt: str) -> None:
+    """A secret named in mpi_forward_env goes as `-x NAME`; one a pattern matched stays home;
+    no secret value appears in any output format."""
+    env = platform_env(
+        job,
+        2,
+        1,
+        MA_API_TOKEN=SECRET_VALUES[0],
+        OBS_SECRET_ACCESS_KEY=SECRET_VALUES[1],
+        MARUN_MPI_FORWARD_ENV="PATH,MA_*,VC_*,OBS_SECRET_ACCESS_KEY",
+    )
+    res = run_marun(
+        ["plan", "--mode", "mpi", "--all-nodes", "--format", fmt, "--", "train.py"],
+        env=env,
+        cwd=job,
+    )
+    assert res.returncode == 0, res.stderr
+    for value in SECRET_VALUES:
+        assert value not in res.stdout + res.stderr
+    if fmt == "table":
+        assert "-x OBS_SECRET_ACCESS_KEY " in res.stdout
+    else:
+        data = json.loads(res.stdout) if fmt == "json" else yaml.safe_load(res.stdout)
+        argv = mpirun_of(procs_of(data["nodes"][0])["mpi-launcher"]["argv"])
+        shipped = [argv[i + 1] for i, w in enumerate(argv) if w == "-x"]
+        assert "OBS_SECRET_ACCESS_KEY" in shipped
+        assert not any("=" in s and not s.startswith("NCCL_SOCKET_IFNAME=") for s in shipped)
+        assert "MA_API_TOKEN" not in argv
+        assert any("MA_API_TOKEN" in note for note in data["notes"])  # why it stayed home
+
+
+def _bad(job: Path, env: Mapping[str, str], *command: str) -> subprocess.CompletedProcess[str]:
+    res = run_marun(
+        ["plan", "--mode", "mpi", "--all-nodes", "--format", "json", "--", *command],
+        env=env,
+        cwd=job,
+    )
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert res.stdout == ""
+    assert "Traceback" not in res.stderr
+    assert res.stderr.count("\n") == 1, res.stderr
+    assert not (job / "run").exists()
+    return res
+
+
+BAD = [
+    pytest.param({"VC_WORKER_HOSTS": ""}, "VC_WORKER_HOSTS=''", id="empty-host-list"),
+    pytest.param({"VC_WORKER_HOSTS": "a,b"}, "MA_NUM_HOSTS=3", id="host-count-mismatch"),
+    pytest.param({"VC_WORKER_HOSTS": "a b,c,d"}, "host of node 0='a b'", id="host-with-space"),
+    pytest.param({"MARUN_SSHD_PORT": "0"}, "sshd_port=0", id="port-0"),
+    pytest.param({"MARUN_SSHD_PORT": "65536"}, "sshd_port=65536", id="port-too-big"),
+    pytest.param({"MARUN_SSHD_PORT": "ssh"}, "MARUN_SSHD_PORT='ssh'", id="port-not-a-number"),
+    pytest.param({"MARUN_MPIRUN_EXTRA_ARGS": "-np 4"}, "no -np", id="extra-np"),
+    pytest.param({"MARUN_MPIRUN_EXTRA_ARGS": "--hostfile h"}, "no --hostfile", id="extra-hosts"),
+    pytest.param({"MARUN_MPIRUN_EXTRA_ARGS": "--mca btl"}, "--mca NAME VALUE", id="extra-mca"),
+    pytest.param(
+        {"MARUN_MPIRUN_EXTRA_ARGS": "-x MY_TOKEN=hunter2"},
+        "MY_TOKEN=***",
+        id="extra-secret-value",
+    ),
+    pytest.param({"MARUN_MPIRUN_EXTRA_ARGS": "'open"}, "MARUN_MPIRUN_EXTRA_ARGS", id="extra-quote"),
+    pytest.param({"MARUN_MPI_FORWARD_ENV": "*"}, "mpi_forward_env='*'", id="forward-everything"),
+    pytest.param({"MARUN_MPI_FORWARD_ENV": "PATH,A-B"}, "mpi_forward_env='A-B'", id="forward-name"),
+    pytest.param({"MA_VJ_NAME": "../etc"}, "MA_VJ_NAME='../etc'", id="job-name-path"),
+    pytest.param({"MARUN_RUN_DIR": "/tmp/a b"}, "run_dir='/tmp/a b'", id="run-dir-space"),
+    pytest.param({"MARUN_NIC": "nosuchnic0"}, "nic='nosuchnic0'", id="nic"),
+    pytest.param({"VC_TASK_INDEX": "3"}, "VC_TASK_INDEX='3'", id="index-out-of-range"),
+    pytest.param({"MARUN_MPI_WATCH_PORT": "0"}, "mpi_watch_port=0", id="watch-port-0"),
+    pytest.param(
+        {"MARUN_MPI_WATCH_PORT": "36666"},
+        "mpi_watch_port=36666: expected a port other than sshd_port=36666",
+        id="watch-port-is-sshd-port",
+    ),
+    pytest.param({"MARUN_FORMATION_TIMEOUT": "0"}, "formation_timeout=0.0", id="formation-0"),
+    pytest.param({"MARUN_FORMATION_TIMEOUT": "inf"}, "formation_timeout=inf", id="formation-inf"),
+    pytest.param({"MARUN_PEER_TIMEOUT": "-1"}, "peer_timeout=-1.0", id="peer-negative"),
+    pytest.param({"MARUN_PEER_TIMEOUT": "soon"}, "MARUN_PEER_TIMEOUT='soon'", id="peer-word"),
+]
+
+
+@pytest.mark.parametrize(("extra", "message"), BAD)
+def test_bad_input(job: Path, extra: dict[str, str], message: str) -> None:
+    res = _bad(job, platform_env(job, 3, 1, **extra), "train.py")
+    assert message in res.stderr
+    assert "hunter2" not in res.stderr
+
+
+def test_missing_script_is_bad_input(job: Path) -> None:
+    assert "SCRIPT='nope.py'" in _bad(job, platform_env(job, 2, 1), "nope.py").stderr
+
+
+def test_non_root_plan(tmp_path: Path) -> None:
+    """As a non-root user (`nobody`, by uid: this test run is root): no --allow-run-as-root,
+    sshd admits that user, and the ssh dir is that user's, or the configured one, where Volcano
+    mounts the secret 0644 for a non-root user (root's files: ssh accepts them)."""
+    import pwd
+
+    from marun.inputs.injected import read_platform
+    from marun.inputs.settings import Settings
+    from marun.mpi import planner as mpi
+
+    nobody = pwd.getpwnam("nobody")
+    env = {"MA_VJ_NAME": JOB, "MA_TASK_NAME": "worker", "VC_TASK_INDEX": "0"}
+    env.update({"MA_NUM_HOSTS": "1", "MA_NUM_GPUS": "1", "PATH": os.environ["PATH"]})
+    settings = Settings(nic="lo", run_dir=str(tmp_path))
+    platform = read_platform([sys.executable], env, str(tmp_path), settings)
+    plan = mpi.plan(replace(platform, uid=nobody.pw_uid), all_nodes=True)
+    argv = plan.nodes[0].processes[1].argv
+    assert "--allow-run-as-root" not in argv
+    assert f"-i {tmp_path}/{JOB}/id_ed25519 " in " ".join(argv)  # nobody has no mounted key
+    config = plan.nodes[0].files[0].content
+    assert "AllowUsers nobody\n" in config
+    assert f"AuthorizedKeysFile {nobody.pw_dir}/.ssh/authorized_keys " in config
+
+    ssh = tmp_path / "ssh"
+    ssh.mkdir()
+    mount_ssh_secret(ssh, mode=0o644)
+    env["MA_NUM_HOSTS"] = "2"
+    settings = replace(settings, ssh_dir=str(ssh))
+    platform = read_platform([sys.executable], env, str(tmp_path), settings)
+    plan = mpi.plan(replace(platform, uid=nobody.pw_uid), all_nodes=True)
+    assert f"-i {ssh}/id_rsa " in " ".join(plan.nodes[0].processes[1].argv)
+    assert f"AuthorizedKeysFile {ssh}/authorized_keys " in plan.nodes[1].files[0].content
+
+
+def test_find_sshd() -> None:
+    from marun.mpi.planner import find_sshd
+
+    assert find_sshd("/nonexistent", fallbacks=()) is None
+    assert find_sshd("/nonexistent", fallbacks=(sys.executable,)) == sys.executable
+    if shutil.which("sshd"):
+        assert find_sshd(os.environ["PATH"]) == shutil.which("sshd")
+
+
+def test_plan_without_sshd_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This machine has sshd installed, so its absence is simulated by replacing the lookup."""
+    from marun.inputs.injected import read_platform
+    from marun.inputs.settings import Settings
+    from marun.mpi import planner as mpi
+
+    monkeypatch.setattr(mpi, "find_sshd", lambda *_: None)
+    env = {"MA_VJ_NAME": JOB, "MA_NUM_HOSTS": "1", "PATH": os.environ["PATH"]}
+    platform = read_platform([sys.executable], env, str(REPO), Settings(nic="lo"))
+    plan = mpi.plan(platform, all_nodes=False)
+    assert plan.nodes[0].processes[0].argv[-5] == "sshd"
+    assert any("the image needs openssh-server" in n for n in plan.notes)
+
+
+# -- the template: found in a checkout and in an installed wheel's layout ----------------------
+
+
+def test_template_is_read_from_the_package_alone(tmp_path: Path) -> None:
+    """A copy of the package with no checkout around it (a wheel's layout) finds its template."""
+    site = tmp_path / "site"
+    shutil.copytree(REPO / "src" / "marun", site / "marun")
+    code = (
+        "import marun, sys; from marun.mpi.sshd_config import read_template; "
+        "sys.stdout.write(marun.__file__ + '\\n' + read_template('sshd_config'))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "PYTHONPATH": str(site)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    where, _, text = res.stdout.partition("\n")
+    assert where.startswith(str(site))
+    assert text == (REPO / "src" / "marun" / "mpi" / "templates" / "sshd_config").read_text()
+
+
+def test_missing_template_is_an_installation_error() -> None:
+    from marun.errors import InputError, MarunError
+    from marun.mpi.sshd_config import read_template
+
+    with pytest.raises(MarunError, match="reinstall marun") as info:
+        read_template("no-such-template")
+    assert not isinstance(info.value, InputError)
+
+
+# -- the real sshd reads the rendered config -----------------------------------------------------
+
+
+def _sshd_cmd(config: str, *args: str) -> list[str]:
+    """sshd as root needs its privilege-separation directory /run/sshd, which nothing creates on
+    this machine: give it one in a private mount namespace rather than touch the real /run."""
+    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
+    cmd = [sshd, *args, "-f", config]
+    if os.getuid() != 0 or os.path.isdir("/run/sshd"):
+        return cmd
+    if shutil.which("unshare") is None:
+        pytest.skip("running as root without /run/sshd and without unshare")
+    script = 'mount -t tmpfs -o mode=755 marun-test-run /run && mkdir -m 755 /run/sshd && exec "$@"'
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *cmd]
+
+
+@pytest.fixture
+def rendered(job: Path) -> Iterator[tuple[dict[str, Any], Path]]:
+    """A 2-node plan with a platform-mounted key, its sshd config and host key on disk."""
+    if not (shutil.which("sshd") or os.path.exists("/usr/sbin/sshd")):
+        pytest.skip("openssh-server is not installed")
+    ssh = job / "ssh"
+    for name in ("id_rsa", "id_rsa.pub", "authorized_keys"):
+        (ssh / name).unlink()
+    # Named as Volcano's ssh plugin names it; the key type does not matter to ssh.
+    keygen = ["ssh-keygen", "-q", "-t", "ed25519", "-N", ""]
+    subprocess.run([*keygen, "-f", str(ssh / "id_rsa")], check=True)
+    shutil.copy(ssh / "id_rsa.pub", ssh / "authorized_keys")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = platform_env(job, 2, 1, MARUN_SSHD_PORT=str(port), LD_LIBRARY_PATH="/opt/my libs")
+    data = plan_json(job, env)
+    node = data["nodes"][1]
+    config = Path(next(f["path"] for f in node["files"]))
+    config.parent.mkdir(parents=True)
+    config.write_text(files_of(node)["sshd_config"])
+    subprocess.run([*keygen, "-f", str(config.parent / "ssh_host_ed25519_key")], check=True)
+    yield data, config
+
+
+@pytest.mark.e2e
+def test_real_sshd_accepts_the_config(rendered: tuple[dict[str, Any], Path]) -> None:
+    data, config = rendered
+    check = subprocess.run(
+        _sshd_cmd(str(config), "-t"), check=False, capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stderr
+    dump = subprocess.run(_sshd_cmd(str(config), "-T"), check=False, capture_output=True, text=True)
+    assert dump.returncode == 0, dump.stderr
+    effective = dump.stdout.splitlines()
+    for line in [
+        "passwordauthentication no",
+        "kbdinteractiveauthentication no",
+        "pubkeyauthentication yes",
+        "authenticationmethods publickey",
+        "permitrootlogin without-password",  # sshd -T's name for prohibit-password
+        "usepam no",
+        "setenv LD_LIBRARY_PATH=/opt/my libs",
+    ]:
+        assert line in effective
+    argv = mpirun_of(procs_of(data["nodes"][0])["mpi-launcher"]["argv"])
+    port = argv[argv.index("plm_rsh_args") + 1].split()[1]
+    assert f"port {port}" in effective
+
+
+@pytest.mark.e2e
+def test_real_sshd_lets_mpiruns_ssh_in_and_refuses_passwords(
+    rendered: tuple[dict[str, Any], Path],
+) -> None:
+    """Start sshd from the rendered config and log in with exactly the ssh options the plan
+    gives mpirun (plm_rsh_args); a password-only client is refused."""
+    data, config = rendered
+    argv = mpirun_of(procs_of(data["nodes"][0])["mpi-launcher"]["argv"])
+    rsh = argv[argv.index("plm_rsh_args") + 1].split()
+    port = int(rsh[1])
+    sshd = subprocess.Popen(_sshd_cmd(str(config), "-D", "-e"), stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(200):  # until it listens (or has died), at most about 10 s
+            if sshd.poll() is not None:
+                break
+            with socket.socket() as s:
+                s.settimeout(0.05)
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        assert sshd.poll() is None, sshd.stderr.read() if sshd.stderr else ""
+        ssh = ["ssh", "-F", "/dev/null", *rsh, "127.0.0.1"]
+        login = subprocess.run(
+            [*ssh, "printenv", "LD_LIBRARY_PATH"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert login.returncode == 0, login.stderr
+        assert login.stdout.strip() == "/opt/my libs"  # SetEnv reached the session
+        password = [
+            "ssh",
+            "-F",
+            "/dev/null",
+            *("-p", str(port), "-o", "BatchMode=yes", "-o", "PubkeyAuthentication=no"),
+            *("-o", "PreferredAuthentications=password,keyboard-interactive"),
+            *("-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"),
+            *("127.0.0.1", "true"),
+        ]
+        refused = subprocess.run(password, check=False, capture_output=True, text=True, timeout=30)
+        assert refused.returncode == 255
+        assert "Permission denied (publickey)" in refused.stderr
+    finally:
+        sshd.terminate()
+        sshd.wait(timeout=10)
+
+
+@pytest.mark.e2e
+def test_real_mpirun_takes_the_planned_argv(job: Path) -> None:
+    """One node, two slots: the planned mpi-launcher runs Open MPI 4 with the planned argv as is
+    (every flag and MCA name is one it knows) from the planned hostfile; no ssh is involved on a
+    single node, and the launcher forms no cluster."""
+    if shutil.which("mpirun") is None:
+        pytest.skip("Open MPI's mpirun is not installed")
+    # One write per line: --tag-output tags each chunk Open MPI reads, so `print(a, b)` under
+    # PYTHONUNBUFFERED=1 (several writes) can come out with a tag in mid-line.
+    (job / "train.py").write_text(
+        "import os, sys\n"
+        "rank, job = os.environ['OMPI_COMM_WORLD_RANK'], os.environ['MA_VJ_NAME']\n"
+        "sys.stdout.write(f'rank {rank} {job}\\n')\n"
+    )
+    data = plan_json(job, platform_env(job, 1, 2))
+    node = data["nodes"][0]
+    hostfile = next(f for f in node["files"] if f["path"].endswith("/hostfile"))
+    Path(hostfile["path"]).parent.mkdir(parents=True)
+    Path(hostfile["path"]).write_text(hostfile["content"])
+    argv = procs_of(node)["mpi-launcher"]["argv"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MA_", "OMPI_"))}
+    env.update({"MA_VJ_NAME": JOB, "MA_NUM_HOSTS": "1", "MA_NUM_GPUS": "2"})
+    res = subprocess.run(
+        argv, cwd=job, env=env, check=False, capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr
+    lines = sorted(line.split("<stdout>:", 1)[1] for line in res.stdout.splitlines())
+    assert lines == [f"rank 0 {JOB}", f"rank 1 {JOB}"], res.stdout  # [job,rank]<stdout>:

@@ -1,0 +1,428 @@
+"""The Ascend rank table reader: both formats, every validation error, the `initializing` wait.
+
+No Ascend NPU exists here and none is needed: a rank table is a JSON file, read the same way on
+any machine. Valid tables are parsed in process (a pure function); every bad table goes through
+the real CLI (`marun plan --mode ascend`) to check the user-facing contract: exit code 2, one
+stderr line naming the file and the problem, no traceback, nothing written.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import DATA, run_marun
+from marun.errors import InputError
+from marun.inputs.ranktable import load_rank_table, parse_rank_table
+
+TABLES = DATA / "ranktables"
+
+
+def _layout(
+    path: Path,
+) -> list[tuple[str, str | None, list[tuple[int, int, str]], tuple[str, ...]]]:
+    """(server_id, host_ip, [(device_id, rank, device_ip)], pod_names) per server, in order."""
+    table = parse_rank_table(path.read_text(), str(path))
+    return [
+        (
+            s.server_id,
+            s.host_ip,
+            [(d.device_id, d.rank, d.device_ip) for d in s.devices],
+            s.pod_names,
+        )
+        for s in table.servers
+    ]
+
+
+def _eight(base: str, first_rank: int) -> list[tuple[int, int, str]]:
+    return [(i, first_rank + i, f"{base}.{i}") for i in range(8)]
+
+
+SEED_IPS = [f"192.{1 + i % 4}.27.{6 + i // 4}" for i in range(8)]
+
+# (file, format, rank_size, expected layout)
+VALID = [
+    (
+        # Seed 002: 8 one-device instances on one server form one 8-device server; its
+        # server_id is the tutorial's placeholder, not an address.
+        "seed002.json",
+        "group_list",
+        8,
+        [("10.*.*.*", None, [(i, i, SEED_IPS[i]) for i in range(8)], ())],
+    ),
+    (
+        # Pods listed worker-1 first: ranks follow the pod index, not the file order; the
+        # device_count 0 "ps" group takes no ranks and forms no server.
+        "group_list_2x8.json",
+        "group_list",
+        16,
+        [
+            ("192.0.2.11", "192.0.2.11", _eight("29.0.0", 0), ("ma-job-a1-worker-0",)),
+            ("192.0.2.12", "192.0.2.12", _eight("29.1.0", 8), ("ma-job-a1-worker-1",)),
+        ],
+    ),
+    (
+        # rank_id on a two-device instance is its first device's rank; the instance listed
+        # first holds ranks 2-3, so it is the second server.
+        "group_list_2x2_rank_id.json",
+        "group_list",
+        4,
+        [
+            ("192.0.2.11", "192.0.2.11", [(4, 0, "29.0.0.4"), (5, 1, "29.0.0.5")], ()),
+            ("192.0.2.12", "192.0.2.12", [(4, 2, "29.1.0.4"), (5, 3, "29.1.0.5")], ()),
+        ],
+    ),
+    (
+        "server_list_2x8.json",
+        "server_list",
+        16,
+        [
+            ("192.0.2.11", "192.0.2.11", _eight("29.0.0", 0), ()),
+            ("192.0.2.12", "192.0.2.12", _eight("29.1.0", 8), ()),
+        ],
+    ),
+    (
+        # Named servers (host_nic_ip gives the address), listed and with devices out of rank
+        # order: servers come in the rank order of their first device, devices in rank order.
+        "server_list_2x2.json",
+        "server_list",
+        4,
+        [
+            ("node-a", "192.0.2.11", [(0, 0, "29.0.0.0"), (1, 1, "29.0.0.1")], ()),
+            ("node-b", "192.0.2.12", [(0, 2, "29.1.0.0"), (1, 3, "29.1.0.1")], ()),
+        ],
+    ),
+    (
+        # SuperPoD (version 1.2): super_pod_list and super_device_id are ignored; the
+        # container's address (container_ip) is the one its processes hold.
+        "superpod_1_2.json",
+        "server_list",
+        4,
+        [
+            ("198.51.100.1", "192.0.2.11", [(0, 0, "29.0.0.0"), (1, 1, "29.0.0.1")], ()),
+            ("198.51.100.2", "192.0.2.12", [(0, 2, "29.1.0.0"), (1, 3, "29.1.0.1")], ()),
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "fmt", "size", "layout"), VALID, ids=[v[0] for v in VALID])
+def test_valid_tables(name: str, fmt: str, size: int, layout: list[Any]) -> None:
+    path = TABLES / name
+    table = parse_rank_table(path.read_text(), str(path))
+    assert table.format == fmt
+    assert table.rank_size == size
+    assert _layout(path) == layout
+    for server_index, server in enumerate(table.servers):
+        for device in server.devices:
+            assert table.device_of_rank(device.rank) == (server_index, device)
+
+
+def test_seed_002_fixed_copy_differs_from_the_seed_only_by_its_trailing_comma() -> None:
+    verbatim = (TABLES / "seed002_verbatim.json").read_text()
+    fixed = (TABLES / "seed002.json").read_text()
+    assert verbatim.replace('"10.*.*.*"}, ]', '"10.*.*.*"} ]') == fixed
+
+
+# -- bad tables, through the real CLI -----------------------------------------------------------
+
+
+def _server_list() -> dict[str, Any]:
+    return json.loads((TABLES / "server_list_2x2.json").read_text())  # type: ignore[no-any-return]
+
+
+def _group_list() -> dict[str, Any]:
+    return json.loads((TABLES / "group_list_2x8.json").read_text())  # type: ignore[no-any-return]
+
+
+def _edit(base: Callable[[], dict[str, Any]], change: Callable[[dict[str, Any]], None]) -> str:
+    data = copy.deepcopy(base())
+    change(data)
+    return json.dumps(data)
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    """A change that sets one field, addressed as `a.0.b` (list indexes as numbers)."""
+
+    def change(data: dict[str, Any]) -> None:
+        keys: list[Any] = [int(k) if k.isdigit() else k for k in path.split(".")]
+        target: Any = data
+        for key in keys[:-1]:
+            target = target[key]
+        if value is _DELETE:
+            del target[keys[-1]]
+        else:
+            target[keys[-1]] = value
+
+    return change
+
+
+_DELETE = object()
+SL_DEV = "server_list.1.device"  # node-a's devices: ranks 0 and 1
+GL_INST = "group_list.1.instance_list"  # worker-1 (ranks 8-15), then worker-0 (ranks 0-7)
+
+
+def _worker0_ranked(data: dict[str, Any]) -> None:
+    data["group_list"][1]["instance_list"][1]["rank_id"] = "0"
+
+
+def _same_pod_index(data: dict[str, Any]) -> None:
+    data["group_list"][1]["instance_list"][1]["pod_name"] = "ma-job-a1-worker-1"
+
+
+def _no_devices(data: dict[str, Any]) -> None:
+    data["group_list"] = data["group_list"][:1]
+    data["group_count"] = "1"
+
+
+def _no_servers(data: dict[str, Any]) -> None:
+    data["server_list"] = []
+    data["server_count"] = "0"
+
+
+def _rank_gap(data: dict[str, Any]) -> None:
+    for device in data["server_list"][0]["device"]:
+        device["rank_id"] = str(int(device["rank_id"]) + 1)  # node-b: ranks 3, 4
+
+
+def _duplicate_server(data: dict[str, Any]) -> None:
+    data["server_list"][0]["server_id"] = "node-a"
+
+
+# (id, table text, what stderr must say besides the file's path)
+BAD: list[tuple[str, str, list[str]]] = [
+    (
+        "seed-002-verbatim",  # the tutorial's own example has a trailing comma
+        (TABLES / "seed002_verbatim.json").read_text(),
+        ["not valid JSON", "line 1 column 1003"],
+    ),
+    ("empty", "", ["empty"]),
+    ("not-an-object", '["status", "completed"]', ["top level is a JSON list", "JSON object"]),
+    ("status-missing", _edit(_server_list, _set("status", _DELETE)), ["status is missing"]),
+    ("status-unknown", _edit(_server_list, _set("status", "failed")), ["status='failed'"]),
+    ("neither-format", '{"status": "completed"}', ["group_list", "server_list", "neither"]),
+    ("no-devices-group-list", _edit(_group_list, _no_devices), ["lists no devices"]),
+    ("no-devices-server-list", _edit(_server_list, _no_servers), ["lists no devices"]),
+    (
+        "empty-device-list",
+        _edit(_server_list, _set(SL_DEV, [])),
+        ["server_list[1].device is empty"],
+    ),
+    (
+        "rank-id-not-integer",
+        _edit(_server_list, _set(f"{SL_DEV}.0.rank_id", "zero")),
+        ["server_list[1].device[0].rank_id='zero'", "non-negative integer"],
+    ),
+    (
+        "rank-id-missing",
+        _edit(_server_list, _set(f"{SL_DEV}.0.rank_id", _DELETE)),
+        ["server_list[1].device[0].rank_id is missing"],
+    ),
+    (
+        "device-id-not-integer",
+        _edit(_server_list, _set(f"{SL_DEV}.1.device_id", "1.0")),
+        ["server_list[1].device[1].device_id='1.0'", "non-negative integer"],
+    ),
+    (
+        "server-count-not-integer",
+        _edit(_server_list, _set("server_count", "two")),
+        ["server_count='two'", "non-negative integer"],
+    ),
+    (
+        "device-count-not-integer",
+        _edit(_group_list, _set("group_list.1.device_count", "-16")),
+        ["group_list[1].device_count='-16'", "non-negative integer"],
+    ),
+    (
+        "rank-id-duplicated",
+        _edit(_server_list, _set(f"{SL_DEV}.1.rank_id", "0")),
+        ["rank 0 is given twice", "server_list[1].device[1]"],
+    ),
+    ("ranks-not-contiguous", _edit(_server_list, _rank_gap), ["rank 2 is missing", "no gap"]),
+    (
+        "ranks-not-from-zero",
+        _edit(_server_list, _set(f"{SL_DEV}.0.rank_id", "4")),
+        ["rank 0 is missing"],
+    ),
+    (
+        "server-id-duplicated",
+        _edit(_server_list, _duplicate_server),
+        ["server_list[1].server_id='node-a'", "server_list[0]", "each server once"],
+    ),
+    (
+        "device-id-duplicated-on-a-server",
+        _edit(_server_list, _set(f"{SL_DEV}.1.device_id", "0")),
+        ["device_id 0 appears twice on server 'node-a'"],
+    ),
+    (
+        "server-count-disagrees",
+        _edit(_server_list, _set("server_count", "3")),
+        ["server_count='3'", "server_list has 2 server(s)"],
+    ),
+    (
+        "group-count-disagrees",
+        _edit(_group_list, _set("group_count", "1")),
+        ["group_count='1'", "group_list has 2 group(s)"],
+    ),
+    (
+        "device-count-disagrees",
+        _edit(_group_list, _set("group_list.1.device_count", "8")),
+        ["group_list[1].device_count='8'", "list 16 device(s)"],
+    ),
+    (
+        "instance-count-disagrees",
+        _edit(_group_list, _set("group_list.1.instance_count", "3")),
+        ["group_list[1].instance_count='3'", "instance_list has 2 instance(s)"],
+    ),
+    (
+        "instance-without-rank-or-pod-index",
+        _edit(_group_list, _set(f"{GL_INST}.0.pod_name", "worker")),
+        ["group_list[1].instance_list[0]", "neither a rank_id nor a pod_name ending in -<index>"],
+    ),
+    (
+        "rank-id-on-some-instances-only",
+        _edit(_group_list, _worker0_ranked),
+        ["group_list[1].instance_list[0] has no rank_id while other instances have one"],
+    ),
+    (
+        "pod-index-duplicated",
+        _edit(_group_list, _same_pod_index),
+        ["group_list[1].instance_list[1].pod_name='ma-job-a1-worker-1'", "index 1"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "text", "says"), BAD, ids=[b[0] for b in BAD])
+def test_bad_table_is_one_line_exit_2_and_nothing_written(
+    script: Path, case: str, text: str, says: list[str]
+) -> None:
+    table = script.parent / "rank_table.json"
+    table.write_text(text)
+    before = sorted(os.listdir(script.parent))
+    res = run_marun(
+        ["plan", "--mode", "ascend", "--format", "json", "--", script.name],
+        env={"RANK_TABLE_FILE": str(table), "RANK_ID": "0", "ASCEND_DEVICE_ID": "0"},
+        cwd=script.parent,
+    )
+    assert res.returncode == 2, res.stderr
+    assert res.stdout == ""
+    assert "Traceback" not in res.stderr
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1, res.stderr
+    assert f"rank table {table}:" in lines[0]
+    for fragment in says:
+        assert fragment in lines[0]
+    assert sorted(os.listdir(script.parent)) == before  # no device<i> directory, nothing else
+
+
+# -- waiting while the platform fills the table in ------------------------------------------
+
+
+def _initializing() -> str:
+    return json.dumps({"status": "initializing", "group_count": "0", "group_list": []})
+
+
+def _replace(path: Path, text: str) -> None:
+    """Rewrite the file the way a config map update lands: a new file renamed over the old."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _later(delay: float, action: Callable[[], None]) -> threading.Thread:
+    def run() -> None:
+        time.sleep(delay)
+        action()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_initializing_table_is_waited_for_until_completed(script: Path) -> None:
+    table = script.parent / "rank_table.json"
+    table.write_text(_initializing())
+    completed = (TABLES / "seed002.json").read_text()
+    writer = _later(1.0, lambda: _replace(table, completed))
+    res = run_marun(
+        ["plan", "--mode", "ascend", "--format", "json", "--", script.name],
+        env={"RANK_TABLE_FILE": str(table), "RANK_ID": "5", "MARUN_RANKTABLE_TIMEOUT": "60"},
+        cwd=script.parent,
+    )
+    writer.join()
+    assert res.returncode == 0, res.stderr
+    (proc,) = json.loads(res.stdout)["nodes"][0]["processes"]
+    assert proc["env"]["RANK_SIZE"] == "8"
+    assert proc["env"]["DEVICE_ID"] == "5"
+    assert "waiting for rank table" in res.stderr
+
+
+def test_table_that_never_completes_fails_after_the_timeout(script: Path) -> None:
+    table = script.parent / "rank_table.json"
+    table.write_text(_initializing())
+    res = run_marun(
+        ["plan", "--mode", "ascend", "--format", "json", "--", script.name],
+        env={"RANK_TABLE_FILE": str(table), "RANK_ID": "0", "MARUN_RANKTABLE_TIMEOUT": "1"},
+        cwd=script.parent,
+    )
+    assert res.returncode == 2
+    assert "Traceback" not in res.stderr
+    last = res.stderr.splitlines()[-1]
+    assert f"rank table {table}:" in last
+    assert "status is still 'initializing' after waiting 1s" in last
+    assert "MARUN_RANKTABLE_TIMEOUT" in last
+    assert sorted(os.listdir(script.parent)) == ["rank_table.json", "train.py"]
+
+
+def test_a_torn_rewrite_after_initializing_is_retried(tmp_path: Path) -> None:
+    """Once the table was seen initializing, an unparseable read is the platform's rewrite in
+    flight: keep waiting. (Whether a poll lands on the torn state is up to the scheduler; the
+    outcome must be the completed table either way.)"""
+    table = tmp_path / "rank_table.json"
+    table.write_text(_initializing())
+
+    def rewrite() -> None:
+        _replace(table, '{"status": "compl')
+        time.sleep(0.5)
+        _replace(table, (TABLES / "server_list_2x2.json").read_text())
+
+    writer = _later(0.2, rewrite)
+    loaded = load_rank_table(str(table), timeout=30, interval=0.05)
+    writer.join()
+    assert loaded.rank_size == 4
+
+
+def test_a_bad_table_is_not_waited_on(tmp_path: Path) -> None:
+    """Only `initializing` is worth waiting for: a broken table fails on the first read."""
+    table = tmp_path / "rank_table.json"
+    table.write_text('{"status": "completed"')
+    with pytest.raises(InputError, match="not valid JSON"):
+        load_rank_table(str(table), timeout=3600, interval=3600)
+
+
+def test_reserve_host_nic_ip_is_not_an_address() -> None:
+    """MindSpore's example tables write `"host_nic_ip": "reserve"`, a placeholder."""
+    text = json.dumps(
+        {
+            "version": "1.0",
+            "server_count": "1",
+            "server_list": [
+                {
+                    "server_id": "node-a",
+                    "host_nic_ip": "reserve",
+                    "device": [{"device_id": "0", "device_ip": "192.0.2.1", "rank_id": "0"}],
+                }
+            ],
+            "status": "completed",
+        }
+    )
+    table = parse_rank_table(text, "t.json")
+    assert table.servers[0].host_ip is None
