@@ -1,19 +1,34 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh machine: set-up, framework venvs, lint, types, the 3.9
-# floor, then every test (unit, CLI, and end-to-end with real frameworks and system tools).
+# The whole test suite, from a fresh machine, in two lanes:
+#   fast (under a minute once set up): ruff, mypy --strict, the Python 3.9 floor, tests/unit
+#   slow: the framework venvs, every benchmark at a small size (bench/run_all.py --small), then
+#         tests/cli and tests/e2e (real processes, frameworks, sshd, network namespaces)
+# `scripts/test.sh --fast` runs the fast lane alone; extra arguments go to the slow lane's pytest.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
+fast_only=0
+if [ "${1:-}" = "--fast" ]; then fast_only=1; shift; fi
 bash scripts/bootstrap.sh
-if [ -f scripts/frameworks.sh ]; then
-  bash scripts/frameworks.sh all
-fi
-echo "[test] ruff"
-.venv/bin/ruff check src tests
-.venv/bin/ruff format --check src tests
-echo "[test] mypy --strict"
+
+started=$SECONDS
+echo "[test] fast lane: ruff"
+.venv/bin/ruff check src tests bench
+.venv/bin/ruff format --check src tests bench
+echo "[test] fast lane: mypy --strict"
 .venv/bin/mypy
-echo "[test] vermin (Python >= 3.9)"
+echo "[test] fast lane: vermin (Python >= 3.9)"
 .venv/bin/vermin -q -t=3.9- --no-tips --violations --backport typing src/marun
-echo "[test] pytest"
-exec .venv/bin/pytest "$@"
+echo "[test] fast lane: unit tests"
+.venv/bin/pytest -q tests/unit
+echo "[test] fast lane done in $((SECONDS - started)) s"
+if [ "$fast_only" = 1 ]; then exit 0; fi
+
+echo "[test] slow lane: framework venvs"
+bash scripts/frameworks.sh all
+if [ -f bench/run_all.py ]; then
+  echo "[test] slow lane: every benchmark at a small size (figures only; nothing asserted on time)"
+  .venv/bin/python bench/run_all.py --small
+fi
+echo "[test] slow lane: tests/cli tests/e2e"
+exec .venv/bin/pytest tests/cli tests/e2e "$@"

@@ -433,7 +433,7 @@ def load_rank_table(path: str, timeout: float, interval: float = 1.0) -> RankTab
             return parse_rank_table(_read(path), path)
         except RankTableNotReady:
             if not waited:
-                from marun.runtime.log import get_logger
+                from marun.log import get_logger
 
                 get_logger().info(
                     "waiting for rank table", path=path, status=INITIALIZING, timeout=timeout

@@ -92,7 +92,7 @@ class Supervisor:
     def __init__(
         self, plan: LaunchPlan, node: NodePlan, options: SupervisorOptions, console: Console
     ) -> None:
-        from marun.runtime.log import get_logger
+        from marun.log import get_logger
 
         self._log = get_logger("marun.runtime.supervisor")
         self._options = options

@@ -195,7 +195,7 @@ def simulation_plan(
                 argv=argv,
                 env=dict(box.env),
                 cwd=box.cwd,
-                log=os.path.join(box.log_dir, "marun.runtime.log"),
+                log=os.path.join(box.log_dir, "marun.log"),
                 role="node",
                 daemon=box.daemon,
             )
@@ -304,7 +304,7 @@ def run_mpi_simulation(
                     argv=tuple(cluster.command(i, inner, pid1=True, cwd=platform.cwd)),
                     env=env,
                     cwd=platform.cwd,
-                    log=os.path.join(sim_dir, f"node{i}", "marun.runtime.log"),
+                    log=os.path.join(sim_dir, f"node{i}", "marun.log"),
                     role="node",
                 )
             )

@@ -1,0 +1,102 @@
+"""The layout's rules, checked on the source: imports go one way (inputs <- plan <- runtime; mpi,
+job and sim use them, never the reverse), and every subpackage says what it holds and may import.
+
+Every `import` counts, also those inside functions and under TYPE_CHECKING: a lazy import is
+still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+PACKAGE = REPO / "src" / "marun"
+# Top-level modules every part may use; they import none of the parts.
+HELPERS = {"errors", "_files", "redact", "log"}
+# part -> the parts it may import (besides itself and the helpers).
+ALLOWED: dict[str, set[str]] = {
+    "helpers": set(),
+    "inputs": set(),
+    "plan": {"inputs"},
+    "runtime": {"inputs", "plan"},
+    "mpi": {"inputs", "plan", "runtime"},
+    "job": {"inputs", "plan", "runtime"},
+    "sim": {"inputs", "plan", "runtime", "mpi", "job"},
+    "doctor": {"inputs", "plan", "runtime", "mpi", "job"},
+    "cli": {"inputs", "plan", "runtime", "mpi", "job", "sim", "doctor"},
+    "__main__": {"cli"},
+    "__init__": set(),
+}
+
+
+def _part(module: str) -> str:
+    """`marun.plan.modes.ascend` -> `plan`; `marun.errors` -> `helpers`."""
+    parts = module.split(".")
+    if len(parts) == 1 or parts[1] == "__version__":
+        return "__init__"
+    return "helpers" if parts[1] in HELPERS else parts[1]
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    names = list(rel.parts)
+    if names[-1] == "__init__":
+        names.pop()
+    return ".".join(names)
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("marun")]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "marun":
+                found += [(node.lineno, f"marun.{a.name}") for a in node.names]
+            elif node.module.startswith("marun."):
+                found.append((node.lineno, node.module))
+    return found
+
+
+SOURCES = sorted(PACKAGE.rglob("*.py"))
+
+
+def test_no_relative_imports() -> None:
+    """Absolute imports only, so that the rules below see every edge."""
+    for path in SOURCES:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                assert node.level == 0, f"{path}:{node.lineno}: relative import"
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_imports_go_one_way(path: Path) -> None:
+    me = _part(_module_name(path))
+    assert me in ALLOWED, f"{path}: a new part of the package; add it to ALLOWED and the docs"
+    allowed = ALLOWED[me] | {me, "helpers", "__init__"}
+    for line, target in _imports(path):
+        them = _part(target)
+        assert them in allowed, (
+            f"{path.relative_to(PACKAGE)}:{line}: {me} imports {target} ({them}); "
+            f"{me} may import only {sorted(allowed)}"
+        )
+
+
+SUBPACKAGES = sorted(p.parent for p in PACKAGE.glob("*/__init__.py"))
+
+
+@pytest.mark.parametrize("pkg", SUBPACKAGES, ids=lambda p: p.name)
+def test_every_subpackage_says_what_it_holds_and_may_import(pkg: Path) -> None:
+    doc = ast.get_docstring(ast.parse((pkg / "__init__.py").read_text(encoding="utf-8")))
+    assert doc and "May import" in doc, f"{pkg}/__init__.py: say what it holds and may import"
+
+
+def test_nothing_is_imported_by_the_package_itself() -> None:
+    """`import marun` costs nothing: `marun run` sits in front of every training process."""
+    for init in [PACKAGE / "__init__.py", *(p / "__init__.py" for p in SUBPACKAGES)]:
+        assert _imports(init) == [], f"{init}: imports at package import time"
