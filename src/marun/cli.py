@@ -316,6 +316,26 @@ def doctor(
     raise typer.Exit(exit_code(checks))
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from marun import __version__
+
+        print(__version__)
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_print_version, help="print marun's version"
+        ),
+    ] = False,
+) -> None:
+    """Launch distributed training from what a ModelArts-style platform injects."""
+
+
 @app.command()
 def version() -> None:
     """Print marun's version."""
@@ -324,9 +344,30 @@ def version() -> None:
     print(__version__)
 
 
+def _one_line(text: str) -> str:
+    """A message on one line: line breaks joined, other control characters escaped."""
+    joined = "; ".join(part.strip() for part in text.splitlines() if part.strip())
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in joined)
+
+
 def main(argv: Optional[list[str]] = None) -> None:
+    """The `marun` command. Every refusal is one line on stderr, `marun: error: ...`, with exit
+    code 2 for bad input: marun's own checks and the command-line parser's alike (typer would
+    draw a five-line box)."""
     try:
-        app(args=argv, prog_name="marun", standalone_mode=True)
+        code = app(args=argv, prog_name="marun", standalone_mode=False)
     except MarunError as exc:
         sys.stderr.write(f"marun: error: {exc}\n")
         sys.exit(exc.exit_code)
+    except Exception as exc:
+        # click's ClickException (typer vendors click from 0.26 on, so match by shape): a usage
+        # error such as an unknown command or an option value of the wrong type.
+        fmt, exit_code = getattr(exc, "format_message", None), getattr(exc, "exit_code", None)
+        if not callable(fmt) or not isinstance(exit_code, int):
+            raise
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `marun`: the help, as before
+            exc.show()  # type: ignore[attr-defined]
+            sys.exit(exit_code)
+        sys.stderr.write(f"marun: error: {_one_line(str(fmt()))}\n")
+        sys.exit(exit_code)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -520,6 +520,19 @@ class Outcome:
     started: int  # training processes that started
 
 
+def _preload() -> None:
+    """Import what the command imports lazily, once here: every forked child inherits it."""
+    import importlib
+    import pkgutil
+
+    import marun
+
+    for info in pkgutil.walk_packages(marun.__path__, "marun."):
+        if info.name not in ("marun.__main__",):
+            importlib.import_module(info.name)
+    import yaml  # noqa: F401 - loaded lazily by the settings reader
+
+
 def run_case(case: Case, command: str, work: Path) -> Outcome:
     from marun.cli import main
 
@@ -647,6 +660,7 @@ def test_the_corpus_is_large_and_covers_every_channel() -> None:
 
 @pytest.mark.parametrize("command", ["plan", "run"])
 def test_every_input_gives_a_plan_or_one_line_and_exit_2(command: str, tmp_path: Path) -> None:
+    _preload()
     failures: list[str] = []
     counts: dict[str, dict[str, int]] = {}
     tried = 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from conftest import run_marun
 
 
@@ -19,3 +21,32 @@ def test_auto_mode_without_hints_is_bad_input(script: Path) -> None:
     assert "--mode" in res.stderr
     assert "Traceback" not in res.stderr
     assert res.stderr.count("\n") == 1
+
+
+def test_version_option_and_command_agree() -> None:
+    from marun import __version__
+
+    for args in (["--version"], ["version"]):
+        res = run_marun(args)
+        assert (res.returncode, res.stdout) == (0, __version__ + "\n")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["plan", "--nproc-per-node", "x"], "Invalid value for '--nproc-per-node': 'x'"),
+        (["run", "--grace-period", "soon"], "Invalid value for '--grace-period'"),
+        (["nosuch"], "No such command 'nosuch'"),
+        (["plan", "--format", "xml"], "Invalid value for '--format'"),
+        (["run", "--mode"], "Option '--mode' requires an argument"),
+        (["plan", "--nproc-per-node", "\x1b[31m"], "'\\x1b[31m'"),
+    ],
+)
+def test_a_usage_error_is_one_line_and_exit_2(args: list[str], expected: str) -> None:
+    """The parser's refusals look like marun's own: one line, no box, exit 2."""
+    res = run_marun(args)
+    assert res.returncode == 2
+    assert res.stderr.startswith("marun: error: ")
+    assert res.stderr.count("\n") == 1, res.stderr
+    assert expected in res.stderr
+    assert "\x1b" not in res.stderr

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from marun.errors import InputError
 
 FAST = settings(
-    max_examples=150,
+    max_examples=100,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
