@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import socket
-import stat
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
@@ -113,13 +112,12 @@ def _first_line(argv: Sequence[str]) -> str | None:
 
 
 def check_mpi_tools(platform: Platform, required: bool) -> list[Check]:
-    import shutil
-
+    from marun._files import find_executable
     from marun.mpi.planner import find_sshd
 
     missing = FAIL if required else SKIP
     checks = []
-    mpirun = shutil.which("mpirun", path=platform.env.get("PATH"))
+    mpirun = find_executable("mpirun", (), platform.env.get("PATH"))
     if mpirun:
         line = _first_line([mpirun, "--version"]) or "version unknown"
         checks.append(Check("mpirun", OK, f"{line} ({mpirun})"))
@@ -136,17 +134,10 @@ def check_mpi_tools(platform: Platform, required: bool) -> list[Check]:
 
 
 def _mode_problem(path: Path, uid: int, private: bool) -> str | None:
-    st = path.stat()
-    if st.st_uid not in (uid, 0):
-        return f"{path} is owned by uid {st.st_uid}, expected {uid} or root"
-    if private and st.st_mode & 0o077:
-        return (
-            f"{path} has mode {stat.S_IMODE(st.st_mode):04o}: ssh refuses a private key readable "
-            "by others (expected 0600)"
-        )
-    if st.st_mode & 0o022:
-        return f"{path} has mode {stat.S_IMODE(st.st_mode):04o}: writable by group or others"
-    return None
+    from marun.mpi.ssh_keys import key_mode_problem
+
+    problem = key_mode_problem(path.stat(), uid, private)
+    return f"{path}: {problem}" if problem else None
 
 
 def check_ssh_keys(platform: Platform, required: bool) -> list[Check]:

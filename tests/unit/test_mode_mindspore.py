@@ -492,8 +492,40 @@ BAD_INPUTS = [
     ({"MS_ENABLE_RECOVERY": "1"}, "MS_RECOVERY_PATH=None: expected a directory"),
     ({"MS_ENABLE_RECOVERY": "1", "MS_RECOVERY_PATH": " "}, "MS_RECOVERY_PATH=' ': expected"),
     ({"MS_ENABLE_RECOVERY": "yes"}, "MS_ENABLE_RECOVERY='yes': expected 1 (on) or 0 (off)"),
-    ({"MS_SCHED_PORT": "80"}, "MS_SCHED_PORT='80': expected a port number from 1024 to 65535"),
-    ({"MARUN_MS_SCHED_PORT": "70000"}, "ms_sched_port=70000: expected a port number"),
+    ({"MS_SCHED_PORT": "80"}, "MS_SCHED_PORT='80': expected an integer from 1024 to 65535"),
+    (
+        {"MARUN_MS_SCHED_PORT": "70000"},
+        "MARUN_MS_SCHED_PORT='70000': expected an integer from 1024",
+    ),
+    ({"MS_SCHED_PORT": "²"}, "MS_SCHED_PORT='²': expected an integer from 1024 to 65535"),
+    ({"MS_TOPO_TIMEOUT": "-5"}, "MS_TOPO_TIMEOUT='-5': expected an integer from 1 to"),
+    ({"MS_TOPO_TIMEOUT": "0"}, "MS_TOPO_TIMEOUT='0': expected an integer from 1 to"),
+    ({"MS_TOPO_TIMEOUT": "nan"}, "MS_TOPO_TIMEOUT='nan': expected an integer from 1 to"),
+    ({"MARUN_MS_TOPO_TIMEOUT": "-5"}, "MARUN_MS_TOPO_TIMEOUT='-5': expected an integer from 1"),
+    (
+        {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "0", "VC_WORKER_HOSTS": f"a;b,{NODE1}"},
+        "VC_WORKER_HOSTS entry='a;b': expected a host name",
+    ),
+    (
+        {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "0", "VC_WORKER_HOSTS": f"-oProxyCommand=x,{NODE1}"},
+        "VC_WORKER_HOSTS entry='-oProxyCommand=x': expected a host name",
+    ),
+    (
+        {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "0", "VC_WORKER_HOSTS": f"a..b,{NODE1}"},
+        "VC_WORKER_HOSTS entry='a..b': expected a host name",
+    ),
+    (
+        {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "0", "VC_WORKER_HOSTS": "x" * 64 + f".job,{NODE1}"},
+        "VC_WORKER_HOSTS entry='" + "x" * 64 + ".job': expected a host name",
+    ),
+    (
+        {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "0", "MA_VJ_NAME": "job;rm", "VC_WORKER_HOSTS": ""},
+        "VC_WORKER_HOSTS='': expected",
+    ),
+    (
+        {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "1", "MA_VJ_NAME": "a..b"},
+        "host name='a..b-worker-0.a..b': expected a host name",
+    ),
     ({"MS_TOPO_TIMEOUT": "soon"}, "MS_TOPO_TIMEOUT='soon': expected an integer"),
     (
         {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "0", "VC_WORKER_HOSTS": ""},

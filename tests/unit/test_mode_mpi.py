@@ -105,7 +105,7 @@ def mpirun_of(launcher: list[str]) -> list[str]:
 def expected_mpirun(
     job: Path, np: int, key: str, forwarded: list[str], *, tail: tuple[str, ...] = ()
 ) -> list[str]:
-    """mpirun's argv as PLATFORM.md/ANCHORS.md give it, written out flag by flag."""
+    """mpirun's argv as docs/platform-contract.md and docs/mpi.md give it, flag by flag."""
     run = job / "run" / JOB
     return [
         "mpirun",
@@ -502,11 +502,14 @@ def test_non_root_plan(tmp_path: Path) -> None:
     assert f"AuthorizedKeysFile {ssh}/authorized_keys " in plan.nodes[1].files[0].content
 
 
-def test_find_sshd() -> None:
+def test_find_sshd(tmp_path: Path) -> None:
     from marun.mpi.planner import find_sshd
 
-    assert find_sshd("/nonexistent", fallbacks=()) is None
-    assert find_sshd("/nonexistent", fallbacks=(sys.executable,)) == sys.executable
+    assert find_sshd("/nonexistent", extra_dirs=()) is None
+    sshd = tmp_path / "sshd"
+    sshd.write_text("#!/bin/sh\n")
+    sshd.chmod(0o755)
+    assert find_sshd("/nonexistent", extra_dirs=(str(sshd.parent),)) == str(sshd)
     if shutil.which("sshd"):
         assert find_sshd(os.environ["PATH"]) == shutil.which("sshd")
 

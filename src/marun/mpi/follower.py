@@ -29,6 +29,7 @@ import time
 from collections.abc import Sequence
 from types import FrameType
 
+from marun._files import atomic_write
 from marun.mpi.run_dir import JOB_STATUS, RUN_DIR_VAR
 
 EXIT_LEADER_LOST = 1
@@ -52,11 +53,7 @@ def probe_interval(peer_timeout: float) -> float:
 
 def write_status(run_dir: str, status: int, reason: str) -> str:
     path = os.path.join(run_dir, JOB_STATUS)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump({"status": status, "reason": reason}, fh)
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps({"status": status, "reason": reason}), 0o600)
     return path
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from marun.errors import MarunError
-from marun.inputs.hosts import is_ipv4
+from marun.inputs.hosts import lookup_ipv4
 
 MAX_THREADS = 256  # hosts checked at once; the rest queue (a waiting thread costs little)
 SSH_AT_ONCE = 32  # ssh logins at once: each costs node 0 a handshake's CPU
@@ -71,13 +71,10 @@ class HostCheck:
 
 def resolve_ipv4_once(name: str) -> str:
     """One lookup of `name`'s IPv4 address; NotReady when there is none (yet)."""
-    if is_ipv4(name):
-        return name
     try:
-        infos = socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)
+        return lookup_ipv4(name)
     except OSError as exc:
         raise NotReady(f"no DNS answer ({exc.strerror or exc})") from None
-    return str(infos[0][4][0])
 
 
 def probe_port(address: str, port: int, timeout: float) -> None:

@@ -33,6 +33,7 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
+from marun._files import atomic_write, write_all
 from marun.errors import MarunError, bad_value
 
 EXIT_NO_CLUSTER = 1
@@ -79,11 +80,7 @@ def read_hostfile(path: str) -> list[tuple[str, str]]:
 
 
 def write_hostfile(path: str, entries: Sequence[tuple[str, str]]) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write("".join(f"{host} {rest}".rstrip() + "\n" for host, rest in entries))
-    os.replace(tmp, path)
+    atomic_write(path, "".join(f"{host} {rest}".rstrip() + "\n" for host, rest in entries), 0o644)
 
 
 def rsh_args(mpirun_argv: Sequence[str]) -> list[str]:
@@ -151,7 +148,7 @@ def run_mpirun(argv: Sequence[str]) -> tuple[int, str | None]:
             if not data:
                 return
             with contextlib.suppress(OSError):
-                _write_all(2, data)
+                write_all(2, data)
             scanner.feed(data)
 
     reader = threading.Thread(target=copy, name="marun-mpirun-stderr", daemon=True)
@@ -159,12 +156,6 @@ def run_mpirun(argv: Sequence[str]) -> tuple[int, str | None]:
     code = proc.wait()
     reader.join(DRAIN_WAIT)
     return (128 - code if code < 0 else code), scanner.first
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 # -- the other nodes ----------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from marun._files import private_dir, write_all
 from marun.errors import InputError, bad_value
 
 MAX_LINE = 1 << 20
@@ -73,29 +74,10 @@ def _bad_selection(tokens: Sequence[str]) -> InputError:
 # -- files and directories marun creates --------------------------------------------------
 
 
-def make_private_dirs(path: str) -> None:
-    """Create `path` and any missing parent with mode 0700 (logs may hold what a script printed
-    about its credentials); directories that exist are left as they are."""
-    missing: list[str] = []
-    current = os.path.abspath(path)
-    while not os.path.isdir(current):
-        missing.append(current)
-        parent = os.path.dirname(current)
-        if parent == current:
-            break
-        current = parent
-    for directory in reversed(missing):
-        try:
-            os.mkdir(directory, 0o700)
-        except FileExistsError:
-            continue
-        os.chmod(directory, 0o700)  # the umask may have taken bits off
-
-
 def open_log(path: str) -> int:
     """Open (truncate) a process's log file, mode 0600, in its private directory."""
     try:
-        make_private_dirs(os.path.dirname(path) or ".")
+        private_dir(os.path.dirname(path) or ".", strict=False)
         fd = os.open(
             path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600
         )
@@ -103,13 +85,6 @@ def open_log(path: str) -> int:
     except OSError as exc:
         raise bad_value("log file", path, f"a path marun can write ({exc.strerror})") from None
     return fd
-
-
-def write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
 
 
 # -- the console ----------------------------------------------------------------------------
