@@ -18,6 +18,7 @@ from pathlib import Path
 
 from marun.errors import InputError
 from marun.inputs.injected import Platform
+from marun.inputs.numbers import is_digits
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
 
@@ -240,7 +241,7 @@ def _ports(platform: Platform, mode: str | None) -> list[tuple[str, int]]:
             ports.append(("mpi_watch_port", s.mpi_watch_port))
     if mode == "mindspore":
         port = platform.env.get("MS_SCHED_PORT", str(s.ms_sched_port))
-        if port.isdigit():
+        if is_digits(port) and len(port) <= 5:
             ports.append(("MS_SCHED_PORT", int(port)))
     return ports
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from marun._files import private_dir, write_all
 from marun.errors import InputError, bad_value
+from marun.inputs.numbers import is_digits
 
 MAX_LINE = 1 << 20
 TAIL_LINES = 20  # kept per process for the failure summary
@@ -46,7 +47,7 @@ class ConsoleSelection:
         names: set[str] = set()
         for word in words:
             low, dash, high = word.partition("-")
-            if low.isdigit() and (not dash or high.isdigit()):
+            if is_digits(low) and (not dash or is_digits(high)):
                 first, last = int(low), int(high) if dash else int(low)
                 if last < first:
                     raise _bad_selection(tokens)
