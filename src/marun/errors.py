@@ -1,6 +1,6 @@
 """The errors marun reports to its user, each with the exit code it ends with.
 
-An error is printed as one line whatever it quotes: control characters (a newline, an escape
+Bad input is reported in one line whatever it quotes: control characters (a newline, an escape
 sequence from a hostile file) are shown escaped, a quoted value is cut at `MAX_VALUE` characters,
 the whole line at `MAX_LINE`, and a password in a URL (`tcp://user:PASS@host`) is masked.
 """
@@ -36,21 +36,28 @@ def show_value(value: object) -> str:
 
 
 class MarunError(Exception):
-    """A failure the user can act on: printed as one line, no traceback."""
+    """A failure the user can act on: printed without a traceback. Some are reports of several
+    lines (which hosts of a cluster never answered); a password in a URL is masked in all."""
 
     exit_code = 1
 
     def __str__(self) -> str:
-        return one_line(super().__str__())
+        from marun.redact import mask_url_credentials
+
+        return mask_url_credentials(super().__str__())
 
 
 class InputError(MarunError):
     """Bad or unusable input (env, argument, rank table, config, script): nothing was started.
 
-    The message names what is wrong, the value seen, and what was expected.
+    The message names what is wrong, the value seen, and what was expected, in one line
+    whatever the input held (see `one_line`).
     """
 
     exit_code = EXIT_BAD_INPUT
+
+    def __str__(self) -> str:
+        return one_line(Exception.__str__(self))
 
 
 def bad_value(name: str, value: object, expected: str) -> InputError:
