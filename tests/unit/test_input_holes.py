@@ -154,6 +154,13 @@ def _ascend(cwd: Path, table: str, env: dict[str, str] | None = None):  # type: 
     )
 
 
+@pytest.mark.parametrize("script", ["a" * 5000 + ".py", "a/" * 3000 + "x.sh", "\x1b]0;x\x07.py"])
+def test_odd_script_names(tmp_path: Path, script: str) -> None:
+    res = run_marun(["plan", "--mode", "pytorch", "--", script, *INIT], cwd=tmp_path)
+    _fails_in_one_line(res, "SCRIPT=")
+    assert "\x1b" not in res.stderr and "\x07" not in res.stderr
+
+
 def test_rank_table_not_utf8(tmp_path: Path) -> None:
     (tmp_path / "t.json").write_bytes(b'{"status": "completed\xff"}')
     _fails_in_one_line(_ascend(tmp_path, "t.json"), "rank table", "not UTF-8")

@@ -92,12 +92,14 @@ def resolve_command(command: Sequence[str], cwd: str, python: str) -> tuple[str,
     script = command[0]
     if script.endswith(".py"):
         path = Path(cwd, script)
-        if not path.is_file():
+        # os.path.isfile, not Path.is_file: a name too long for the system is "no such file",
+        # where Path.is_file raises.
+        if not os.path.isfile(path):
             raise bad_value("SCRIPT", script, f"an existing Python file (looked in {cwd})")
         return (python, str(path.resolve()), *command[1:])
     if os.sep in script:
         path = Path(cwd, script)
-        if not (path.is_file() and os.access(path, os.X_OK)):
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
             raise bad_value("SCRIPT", script, "an existing executable file")
         return (str(path.resolve()), *command[1:])
     from marun._files import find_executable
