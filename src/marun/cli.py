@@ -50,7 +50,7 @@ ConfigOpt = Annotated[
     typer.Option("--config", help="YAML settings file (else $MARUN_CONFIG, ./marun.yaml)"),
 ]
 NprocOpt = Annotated[
-    Optional[int], typer.Option("--nproc-per-node", help="processes per node (default MA_NUM_GPUS)")
+    Optional[str], typer.Option("--nproc-per-node", help="processes per node (default MA_NUM_GPUS)")
 ]
 PerNodeOpt = Annotated[
     Optional[bool],
@@ -82,15 +82,15 @@ ConsoleRanksOpt = Annotated[
     ),
 ]
 GraceOpt = Annotated[
-    Optional[float],
+    Optional[str],
     typer.Option("--grace-period", help="seconds between SIGTERM and SIGKILL (default 30)"),
 ]
 MaxRestartsOpt = Annotated[
-    Optional[int],
+    Optional[str],
     typer.Option("--max-restarts", help="MindSpore recovery: restarts per process (default 3)"),
 ]
 RecoveryWaitOpt = Annotated[
-    Optional[float],
+    Optional[str],
     typer.Option(
         "--recovery-wait",
         help="MindSpore recovery: seconds before a restart (default 30, the scheduler's window)",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 EXIT_BAD_INPUT = 2
 MAX_VALUE = 200  # characters of a quoted value
-MAX_LINE = 2000  # characters of a whole message
+MAX_LINE = 900  # characters of a whole message (the line, with its prefix, stays under 1000)
 
 
 def escape_controls(text: str) -> str:

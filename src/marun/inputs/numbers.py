@@ -48,7 +48,7 @@ def parse_port(name: str, raw: object, minimum: int = PORT_MIN) -> int:
 def parse_seconds(name: str, raw: object, minimum: float = 0.0) -> float:
     """A finite number of seconds from `minimum` to a year: nan and inf are refused (nan
     compares false with every bound, so it would pass any check written as `x < min`)."""
-    expected = f"a number of seconds from {minimum:g} to {MAX_SECONDS:g}"
+    expected = f"a number of seconds from {minimum:g} to {MAX_SECONDS:.0f} (a year)"
     if isinstance(raw, bool):
         raise bad_value(name, raw, expected)
     if isinstance(raw, (int, float)):
