@@ -345,9 +345,11 @@ def version() -> None:
 
 
 def _one_line(text: str) -> str:
-    """A message on one line: line breaks joined, other control characters escaped."""
-    joined = "; ".join(part.strip() for part in text.splitlines() if part.strip())
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in joined)
+    """A message on one line: line breaks joined; then as every error line (marun.errors:
+    control characters escaped, URL passwords masked, the length capped)."""
+    from marun.errors import one_line
+
+    return one_line("; ".join(part.strip() for part in text.splitlines() if part.strip()))
 
 
 def main(argv: Optional[list[str]] = None) -> None:
