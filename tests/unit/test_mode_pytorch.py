@@ -392,3 +392,15 @@ def test_plan_reports_bad_input_as_run_does(script: Path) -> None:
     ran = run_marun(["run", *args], cwd=script.parent)
     assert planned.returncode == ran.returncode == 2
     assert planned.stderr == ran.stderr
+
+
+def test_rank_must_agree_with_the_platforms_task_index(script: Path) -> None:
+    args = ["plan", "--mode", "pytorch", "--", script.name]
+    init = ["--init_method", "tcp://10.0.0.1:29500", "--rank", "1", "--world_size", "2"]
+    env = {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "0"}
+    res = run_marun([*args, *init], env=env, cwd=script.parent)
+    assert res.returncode == 2
+    assert res.stderr.count("\n") == 1
+    assert "--rank='1' but VC_TASK_INDEX='0'" in res.stderr
+    ok = run_marun([*args, *init], env={**env, "VC_TASK_INDEX": "1"}, cwd=script.parent)
+    assert ok.returncode == 0, ok.stderr

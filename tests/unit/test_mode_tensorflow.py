@@ -312,3 +312,21 @@ def test_bad_input(
     for word in expected:
         assert word in res.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]
+
+
+@pytest.mark.parametrize("var", ["VC_TASK_INDEX", "MA_TASK_INDEX"])
+def test_task_index_must_agree_with_the_platforms_index(var: str, script: Path) -> None:
+    res = run_marun(
+        ["plan", "--mode", "tensorflow", "--", script.name, *appended("worker", 1)],
+        env={var: "0"},
+        cwd=script.parent,
+    )
+    assert res.returncode == 2
+    assert res.stderr.count("\n") == 1
+    assert f"--task_index='1' but {var}='0'" in res.stderr
+    ok = run_marun(
+        ["plan", "--mode", "tensorflow", "--", script.name, *appended("worker", 1)],
+        env={var: "1"},
+        cwd=script.parent,
+    )
+    assert ok.returncode == 0, ok.stderr

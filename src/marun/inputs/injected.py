@@ -50,6 +50,14 @@ class Platform:
     def num_hosts(self) -> int:
         return self._int_var("MA_NUM_HOSTS", 1, 1, MAX_NODES)
 
+    def given_task_index(self) -> tuple[str, int] | None:
+        """The platform's own index of this container (the first of TASK_INDEX_VARS that is
+        set) and the variable's name; None where none is set. Checked like every number."""
+        for name in TASK_INDEX_VARS:
+            if self.env.get(name, "") != "":
+                return name, self._int_var(name, None, 0, MAX_NODES - 1)
+        return None
+
     def node_index(self) -> int:
         """This node's 0-based index; 0 on a single-node job that sets none."""
         hosts = self.num_hosts()

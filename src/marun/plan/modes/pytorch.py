@@ -72,6 +72,12 @@ def read_rendezvous(platform: Platform) -> Rendezvous:
         node_rank = parse_int("--rank", raw_rank, 0, MAX_NODES - 1)
         if node_rank >= nodes:
             raise bad_value("--rank", raw_rank, f"a node rank below --world_size={nodes}")
+    given = platform.given_task_index()
+    if given is not None and raw_rank is not None and given[1] != node_rank:
+        raise InputError(
+            f"--rank={raw_rank!r} but {given[0]}={platform.env[given[0]]!r}: expected this node's "
+            "rank to be its task index (the platform appends --rank from it)"
+        )
     if platform.env.get("MA_NUM_HOSTS"):
         hosts = platform.num_hosts()
         if hosts != nodes:

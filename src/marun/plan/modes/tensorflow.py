@@ -97,6 +97,12 @@ def _read_job(platform: Platform) -> tuple[str, int, tuple[str, ...], tuple[str,
             "(the platform appends --job_name from MA_TASK_NAME)"
         )
     index = parse_int("--task_index", raw_index, 0, MAX_NODES * 2)
+    given = platform.given_task_index()
+    if given is not None and given[1] != index:
+        raise InputError(
+            f"--task_index={raw_index!r} but {given[0]}={platform.env[given[0]]!r}: expected the "
+            "same index (the platform appends --task_index from its task index)"
+        )
 
     workers = parse_host_list("--worker_hosts", raw_workers)
     ps = parse_host_list("--ps_hosts", raw_ps) if raw_ps is not None else ()
