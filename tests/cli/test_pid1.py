@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_supervisor import INIT, WORKER, alive, by_name, ready, result, signals_seen, wait_until
 
 from conftest import clean_env
-from test_supervisor import INIT, WORKER, alive, by_name, ready, result, signals_seen, wait_until
 
 pytestmark = pytest.mark.e2e
 
