@@ -28,7 +28,7 @@ import pytest
 
 from conftest import clean_env, run_marun
 
-SCRIPTS = Path(__file__).resolve().parent / "scripts"
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 WORKER = SCRIPTS / "worker.py"
 RUN_PLAN = SCRIPTS / "run_plan.py"
 INIT = ("--init_method", "tcp://127.0.0.1:29500")  # what the platform appends; nothing listens
