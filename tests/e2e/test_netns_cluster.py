@@ -334,7 +334,7 @@ def test_cleanup_stale_removes_what_a_killed_run_left(
 ) -> None:
     live = make_cluster(1)  # a cluster whose creator (this test) lives: must be kept
     crashed = subprocess.run(
-        [PY, "-c", CRASHER, str(Path(__file__).parent), str(tmp_path / "crashed")],
+        [PY, "-c", CRASHER, str(Path(__file__).parent.parent), str(tmp_path / "crashed")],
         capture_output=True,
         text=True,
         timeout=30,
