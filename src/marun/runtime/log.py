@@ -25,6 +25,16 @@ def _mask_secrets(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMa
     return event
 
 
+def _given_time(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """An event logged after it happened (`_at`: its time.time()) shows when it happened."""
+    at = event.pop("_at", None)
+    if at is not None:
+        import datetime
+
+        event["timestamp"] = datetime.datetime.fromtimestamp(at).isoformat()
+    return event
+
+
 def get_logger(name: str = "marun") -> Any:
     import structlog
 
@@ -33,6 +43,7 @@ def get_logger(name: str = "marun") -> Any:
         processors: list[Any] = [
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=False),
+            _given_time,
             _mask_secrets,
         ]
         if json_lines:
