@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 
 MASK = "***"
 _SUBSTRINGS = ("KEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL")
@@ -15,6 +16,7 @@ _WORDS = frozenset({"AK", "SK"})
 _WORD_SPLIT = re.compile(r"[^A-Z0-9]+")
 
 
+@lru_cache(maxsize=4096)  # a plan of every node asks about the same few names again and again
 def is_secret_name(name: str) -> bool:
     upper = name.upper()
     if any(s in upper for s in _SUBSTRINGS):

@@ -73,7 +73,7 @@ def _check_platform_counts(platform: Platform, table: RankTable) -> None:
         )
 
 
-def _hccl_ifname(platform: Platform, server: Server) -> dict[str, str]:
+def _hccl_ifname(platform: Platform, server: Server, local_addresses: set[str]) -> dict[str, str]:
     if platform.env.get("HCCL_SOCKET_IFNAME"):
         return {}
     from marun.inputs.nic import choose_nic
@@ -82,8 +82,8 @@ def _hccl_ifname(platform: Platform, server: Server) -> dict[str, str]:
         return socket_ifname_env(
             platform, choose_nic(platform.settings.nic), ("HCCL_SOCKET_IFNAME",)
         )
-    if server.host_ip is None:
-        return {}
+    if server.host_ip is None or server.host_ip not in local_addresses:
+        return {}  # what choose_nic would say, without scanning the interfaces per server
     nic = choose_nic(None, [server.host_ip])
     if nic.address != server.host_ip:  # choose_nic fell back to a guess
         return {}
@@ -149,9 +149,15 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
         indexes = [this_server_index(platform, table)]
 
     nodes = []
+    from marun.inputs.nic import ipv4_by_interface
+
+    local = {a for addrs in ipv4_by_interface().values() for a in addrs}
+    fixed = (
+        _hccl_ifname(platform, table.servers[indexes[0]], local) if platform.settings.nic else None
+    )
     for index in indexes:
         server = table.servers[index]
-        ifname = _hccl_ifname(platform, server)
+        ifname = dict(fixed) if fixed is not None else _hccl_ifname(platform, server, local)
         if not ifname and not platform.env.get("HCCL_SOCKET_IFNAME"):
             why = (
                 f"no interface here holds {server.host_ip}"
