@@ -75,7 +75,7 @@ def cases(nodes: int, root: Path) -> dict[str, tuple[list[str], dict[str, str]]]
 
 
 def run(small: bool, runs: int, sizes: list[int] | None = None) -> list[Row]:
-    sizes = sizes or ([16, 128] if small else [128, 1024, 8192])
+    sizes = sizes or ([64, 256] if small else [128, 1024, 8192])
     runs = max(3, runs // 2) if small else runs
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="marun-plan-") as tmp:
