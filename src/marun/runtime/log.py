@@ -35,8 +35,24 @@ def _given_time(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapp
     return event
 
 
+def _import_structlog() -> Any:
+    """structlog, without the optional rich and better_exceptions it would import to draw
+    tracebacks (a third of its import time; marun logs no tracebacks): they are hidden while it
+    loads, and only then, so whoever imports them later gets them."""
+    hidden = [name for name in ("rich", "better_exceptions") if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]
+    try:
+        import structlog
+    finally:
+        for name in hidden:
+            if sys.modules.get(name, False) is None:
+                del sys.modules[name]
+    return structlog
+
+
 def get_logger(name: str = "marun") -> Any:
-    import structlog
+    structlog = _import_structlog()
 
     if not _state["configured"]:
         json_lines = os.environ.get("MARUN_LOG_FORMAT", "").lower() == "json"

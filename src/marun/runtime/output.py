@@ -140,10 +140,13 @@ class Console:
         """Whole lines joined by newlines (the last one's newline left off), each prefixed."""
         if not self._open:
             return
-        # One copy: the prefixed lines and the last newline joined as they are made.
-        data = b"".join((prefix, block.replace(b"\n", b"\n" + prefix) if prefix else block, b"\n"))
+        # One copy (the replace); writev joins the pieces in the kernel.
+        body = block.replace(b"\n", b"\n" + prefix) if prefix else block
+        parts = [prefix, body, b"\n"] if prefix else [body, b"\n"]
         try:
-            write_all(self._fd, data)
+            written = os.writev(self._fd, parts)
+            if written < sum(len(p) for p in parts):
+                write_all(self._fd, b"".join(parts)[written:])
         except OSError:
             self._open = False
 
