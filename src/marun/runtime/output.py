@@ -128,14 +128,6 @@ class Console:
         self._fd = fd
         self._open = True
 
-    def write_lines(self, prefix: bytes, lines: Sequence[bytes]) -> None:
-        if not self._open or not lines:
-            return
-        try:
-            write_all(self._fd, b"".join(prefix + line + b"\n" for line in lines))
-        except OSError:
-            self._open = False
-
     def write_block(self, prefix: bytes, block: bytes) -> None:
         """Whole lines joined by newlines (the last one's newline left off), each prefixed."""
         if not self._open:

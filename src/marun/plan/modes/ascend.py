@@ -148,13 +148,17 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     else:
         indexes = [this_server_index(platform, table)]
 
-    nodes = []
-    from marun.inputs.nic import ipv4_by_interface
+    # The interfaces are read once for the whole plan (a plan of every node of a 1,024-server
+    # table read them once per server), and with a configured NIC the answer is the same for all.
+    fixed: dict[str, str] | None = None
+    local: set[str] = set()
+    if platform.env.get("HCCL_SOCKET_IFNAME") or platform.settings.nic:
+        fixed = _hccl_ifname(platform, table.servers[indexes[0]], local)
+    else:
+        from marun.inputs.nic import ipv4_by_interface
 
-    local = {a for addrs in ipv4_by_interface().values() for a in addrs}
-    fixed = (
-        _hccl_ifname(platform, table.servers[indexes[0]], local) if platform.settings.nic else None
-    )
+        local = {a for addrs in ipv4_by_interface().values() for a in addrs}
+    nodes = []
     for index in indexes:
         server = table.servers[index]
         ifname = dict(fixed) if fixed is not None else _hccl_ifname(platform, server, local)
