@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> None:
             except MarunError as exc:
                 sys.stderr.write(f"marun: error: {exc}\n")
                 sys.exit(exc.exit_code)
+            except KeyboardInterrupt:  # Ctrl-C before the job starts: what typer does
+                sys.exit(130)
             sys.exit(code)
     from marun.cli import main as typer_main
 

@@ -117,3 +117,28 @@ def test_marun_run_does_not_import_typer(tmp_path: Path) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True
     )
     assert res.stdout == "[]\n", res.stderr
+
+
+def test_ctrl_c_before_the_job_starts_ends_as_typer_ends_it(tmp_path: Path) -> None:
+    """SIGINT while `marun run` waits (here for node 0's name): exit 130, nothing on stderr."""
+    import signal
+    import time
+
+    from conftest import clean_env
+
+    (tmp_path / "train.py").write_text("")
+    env = clean_env(
+        {"MA_NUM_HOSTS": "2", "MA_NUM_GPUS": "1", "VC_TASK_INDEX": "1",
+         "MA_VJ_NAME": "job.invalid", "MA_TASK_NAME": "worker"}
+    )  # fmt: skip
+    argv = ["run", "--mode", "mindspore", "--nic", "lo", "--", "train.py"]
+    ends = []
+    for start in (["-m", "marun"], ["-c", "from marun.cli import main; main()"]):
+        proc = subprocess.Popen(
+            [sys.executable, *start, *argv], cwd=tmp_path, env=env, stderr=subprocess.PIPE
+        )
+        time.sleep(1.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        ends.append((proc.returncode, err))
+    assert ends[0] == ends[1] == (130, b"")
