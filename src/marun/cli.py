@@ -149,8 +149,8 @@ def plan(
     max_restarts: MaxRestartsOpt = None,
     recovery_wait: RecoveryWaitOpt = None,
 ) -> None:
-    """Print what `marun run` would start with these inputs (nothing is started, nothing is
-    waited for)."""
+    """Print what `marun run` would start with these inputs (nothing is started; a name that
+    does not resolve yet is not waited for)."""
     from marun.plan.render import render
 
     _, launch_plan = _platform_and_plan(
@@ -184,10 +184,10 @@ def run(
     ] = False,
 ) -> None:
     """Start this node's part of the job, supervise it, and exit with its status."""
-    from marun.entry import run_job
+    from marun.runtime.start import run_node
 
     settings = _setting_options(locals())
-    raise typer.Exit(run_job(command or [], mode.value, config, supervise, settings))
+    raise typer.Exit(run_node(command or [], mode.value, config, supervise, settings))
 
 
 class SimMode(str, Enum):

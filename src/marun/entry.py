@@ -3,31 +3,9 @@ without importing typer (marun.run_argv says why); everything else is the typer 
 
 from __future__ import annotations
 
-import os
 import sys
-from typing import Any
 
 from marun.errors import MarunError
-
-
-def run_job(
-    command: list[str], mode: str, config: str | None, supervise: bool, cli: dict[str, Any]
-) -> int:
-    """`marun run`: this node's plan, exec'd or supervised; the exit code."""
-    from marun.inputs.injected import read_platform
-    from marun.inputs.settings import load_settings
-    from marun.plan.modes import build_plan
-    from marun.plan.modes.common import log_dir
-    from marun.runtime.execute import execute
-
-    env = dict(os.environ)
-    cwd = os.getcwd()
-    loaded = load_settings(cli, env, cwd, config)
-    platform = read_platform(command, env, cwd, loaded.settings)
-    launch_plan = build_plan(mode, platform, False)
-    return execute(
-        launch_plan, supervise=supervise, settings=platform.settings, record_dir=log_dir(platform)
-    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -37,8 +15,10 @@ def main(argv: list[str] | None = None) -> None:
 
         parsed = parse_run(args[1:])
         if parsed is not None:
+            from marun.runtime.start import run_node
+
             try:
-                code = run_job(
+                code = run_node(
                     parsed.command, parsed.mode, parsed.config, parsed.supervise, parsed.settings
                 )
             except MarunError as exc:
