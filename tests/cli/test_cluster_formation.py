@@ -292,13 +292,15 @@ def test_hosts_not_ready_hold_up_no_one(port: int, monkeypatch: pytest.MonkeyPat
             raise NotReady("no DNS answer (not yet)")
         return f"127.1.{i // 250}.{i % 250 + 1}"
 
+    def formation_threads() -> int:
+        return sum(t.name.startswith("marun-formation") for t in threading.enumerate())
+
+    before = formation_threads()  # an earlier test's pool may still be winding down
     threads_seen: list[int] = []
 
     def watch() -> None:
         while formation.ready_count() < total - len(late):
-            threads_seen.append(
-                sum(t.name.startswith("marun-formation") for t in threading.enumerate())
-            )
+            threads_seen.append(formation_threads() - before)
             time.sleep(0.01)
         released.set()
 
