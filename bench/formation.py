@@ -133,13 +133,22 @@ def _inner_run(work: Path, peers: int, serial: int, extra: list[str]) -> dict[st
         '{ [ ! -f "$HOME/.bashrc" ] || mount --bind /dev/null "$HOME/.bashrc"; } && '
         'exec "$@"'
     )
-    out = subprocess.run(
+    done = subprocess.run(
         ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
          sys.executable, __file__, "--inner", str(work), str(peers), str(serial), *extra],
-        check=True, capture_output=True, text=True, timeout=3600,
-    ).stdout  # fmt: skip
-    result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+        check=False, capture_output=True, text=True, timeout=3600,
+    )  # fmt: skip
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        if last.startswith(("unshare:", "mount:", "mkdir:")):
+            raise Skip(f"no private mount namespace here ({last})")
+        raise SystemExit(f"formation bench failed (exit {done.returncode}):\n{done.stderr}")
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+class Skip(Exception):
+    """What this machine lacks to run the bench."""
 
 
 def run(
@@ -157,6 +166,15 @@ def run(
     if why:
         return [Row("formation", f"{peers} peers", f"skipped: {why}", "-", "-", "-", None)]
     extra = ["-o", "KexAlgorithms=curve25519-sha256"] if kex else []
+    try:
+        return _measure(runs, peers, serial, latency_peers, extra, kex)
+    except Skip as exc:
+        return [Row("formation", f"{peers} peers", f"skipped: {exc}", "-", "-", "-", None)]
+
+
+def _measure(
+    runs: int, peers: int, serial: int, latency_peers: list[int], extra: list[str], kex: bool
+) -> list[Row]:
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="marun-formation-") as tmp:
         work = Path(tmp)
