@@ -11,6 +11,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from marun.errors import MarunError
+from marun.run_argv import SETTING_OPTIONS
 
 app = typer.Typer(
     add_completion=False,
@@ -105,6 +106,8 @@ def _platform_and_plan(
     all_nodes: bool,
     cli_settings: "dict[str, Any]",
 ) -> Any:
+    from dataclasses import replace
+
     from marun.inputs.injected import read_platform
     from marun.inputs.settings import load_settings
     from marun.plan.modes import build_plan
@@ -112,23 +115,8 @@ def _platform_and_plan(
     env = dict(os.environ)
     cwd = os.getcwd()
     loaded = load_settings(cli_settings, env, cwd, config)
-    platform = read_platform(command or [], env, cwd, loaded.settings)
+    platform = replace(read_platform(command or [], env, cwd, loaded.settings), dry_run=True)
     return platform, build_plan(mode.value, platform, all_nodes)
-
-
-# The options of `plan` and `run` that are settings (config.Settings fields of the same name).
-SETTING_OPTIONS = (
-    "nproc_per_node",
-    "per_node",
-    "keep_platform_args",
-    "nic",
-    "log_dir",
-    "tf_chief",
-    "console_ranks",
-    "grace_period",
-    "max_restarts",
-    "recovery_wait",
-)
 
 
 def _setting_options(params: "dict[str, Any]") -> "dict[str, Any]":
@@ -161,7 +149,8 @@ def plan(
     max_restarts: MaxRestartsOpt = None,
     recovery_wait: RecoveryWaitOpt = None,
 ) -> None:
-    """Print what `marun run` would start with these inputs (nothing is started)."""
+    """Print what `marun run` would start with these inputs (nothing is started; a name that
+    does not resolve yet is not waited for)."""
     from marun.plan.render import render
 
     _, launch_plan = _platform_and_plan(
@@ -195,23 +184,10 @@ def run(
     ] = False,
 ) -> None:
     """Start this node's part of the job, supervise it, and exit with its status."""
-    from marun.plan.modes.common import log_dir as plan_log_dir
-    from marun.runtime.execute import execute
+    from marun.runtime.start import run_node
 
-    platform, launch_plan = _platform_and_plan(
-        command,
-        mode,
-        config,
-        False,
-        _setting_options(locals()),
-    )
-    code = execute(
-        launch_plan,
-        supervise=supervise,
-        settings=platform.settings,
-        record_dir=plan_log_dir(platform),
-    )
-    raise typer.Exit(code)
+    settings = _setting_options(locals())
+    raise typer.Exit(run_node(command or [], mode.value, config, supervise, settings))
 
 
 class SimMode(str, Enum):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 
 MASK = "***"
 _SUBSTRINGS = ("KEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL")
@@ -36,6 +37,7 @@ _P_IS_PASSWORD = frozenset({"sshpass", "mysql", "mysqldump", "mysqladmin", "mari
 _URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s:/?#@]*:)([^\s/?#@]+)@")
 
 
+@lru_cache(maxsize=4096)  # a plan of every node asks about the same few names again and again
 def is_secret_name(name: str) -> bool:
     """The variable rule."""
     upper = name.upper()

@@ -309,6 +309,39 @@ def test_all_nodes_keeps_an_unresolvable_name_with_a_note(script: Path) -> None:
     assert name in note and "resolves it" in note
 
 
+def test_dry_run_of_another_node_never_waits_for_node_0s_name(script: Path) -> None:
+    """`marun plan` on node 1 outside the cluster: the plan at once, the name kept, a note."""
+    env = {"MA_NUM_HOSTS": "2", "MA_NUM_GPUS": "2", "VC_TASK_INDEX": "1", **UNRESOLVABLE}
+    data = _cli_plan(script.parent, env, "--nic", "lo")  # resolve_timeout stays 300 s
+    name = "job.invalid-worker-0.job.invalid"
+    assert [n["index"] for n in data["nodes"]] == [1]
+    assert {p["env"]["MS_SCHED_HOST"] for p in data["nodes"][0]["processes"]} == {name}
+    (note,) = data["notes"]
+    assert name in note and "does not wait" in note
+
+
+def test_run_waits_for_node_0s_name_then_exit_2(script: Path) -> None:
+    """`marun run` keeps the bounded wait, and ends with one line when the name never comes."""
+    env = {
+        "MA_NUM_HOSTS": "2",
+        "MA_NUM_GPUS": "2",
+        "VC_TASK_INDEX": "1",
+        **UNRESOLVABLE,
+        "MARUN_RESOLVE_TIMEOUT": "0.2",
+    }
+    before = sorted(script.parent.rglob("*"))
+    res = run_marun(
+        ["run", "--mode", "mindspore", "--nic", "lo", "--", script.name], env, script.parent
+    )
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "MS_SCHED_HOST: node 0's host 'job.invalid-worker-0.job.invalid' did not resolve" in (
+        res.stderr
+    )
+    assert res.stdout == ""
+    assert sorted(script.parent.rglob("*")) == before
+
+
 def test_engine_variables_from_env_and_settings(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text("")
     given = {"MS_SCHED_PORT": "9000", "MS_TOPO_TIMEOUT": "5"}
@@ -540,10 +573,6 @@ BAD_INPUTS = [
     (
         {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "1", "VC_WORKER_HOSTS": f"fe80::1,{NODE1}"},
         "node 0's host='fe80::1': expected an IPv4 address or a host name",
-    ),
-    (
-        {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "1", **UNRESOLVABLE, "MARUN_RESOLVE_TIMEOUT": "0.2"},
-        "MS_SCHED_HOST: node 0's host 'job.invalid-worker-0.job.invalid' did not resolve",
     ),
     ({"RANK_TABLE_FILE": "missing.json"}, "RANK_TABLE_FILE='missing.json': expected an existing"),
     ({"RANK_TABLE_FILE": "t.json", "RANK_SIZE": "8"}, "RANK_SIZE='8': expected 4"),

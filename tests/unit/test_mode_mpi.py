@@ -425,9 +425,11 @@ def _bad(job: Path, env: Mapping[str, str], *command: str) -> subprocess.Complet
 BAD = [
     pytest.param({"VC_WORKER_HOSTS": ""}, "VC_WORKER_HOSTS=''", id="empty-host-list"),
     pytest.param({"VC_WORKER_HOSTS": "a,b"}, "MA_NUM_HOSTS=3", id="host-count-mismatch"),
-    pytest.param({"VC_WORKER_HOSTS": "a b,c,d"}, "host of node 0='a b'", id="host-with-space"),
-    pytest.param({"MARUN_SSHD_PORT": "0"}, "sshd_port=0", id="port-0"),
-    pytest.param({"MARUN_SSHD_PORT": "65536"}, "sshd_port=65536", id="port-too-big"),
+    pytest.param(
+        {"VC_WORKER_HOSTS": "a b,c,d"}, "VC_WORKER_HOSTS entry='a b'", id="host-with-space"
+    ),
+    pytest.param({"MARUN_SSHD_PORT": "0"}, "MARUN_SSHD_PORT='0'", id="port-0"),
+    pytest.param({"MARUN_SSHD_PORT": "65536"}, "MARUN_SSHD_PORT='65536'", id="port-too-big"),
     pytest.param({"MARUN_SSHD_PORT": "ssh"}, "MARUN_SSHD_PORT='ssh'", id="port-not-a-number"),
     pytest.param({"MARUN_MPIRUN_EXTRA_ARGS": "-np 4"}, "no -np", id="extra-np"),
     pytest.param({"MARUN_MPIRUN_EXTRA_ARGS": "--hostfile h"}, "no --hostfile", id="extra-hosts"),
@@ -444,15 +446,17 @@ BAD = [
     pytest.param({"MARUN_RUN_DIR": "/tmp/a b"}, "run_dir='/tmp/a b'", id="run-dir-space"),
     pytest.param({"MARUN_NIC": "nosuchnic0"}, "nic='nosuchnic0'", id="nic"),
     pytest.param({"VC_TASK_INDEX": "3"}, "VC_TASK_INDEX='3'", id="index-out-of-range"),
-    pytest.param({"MARUN_MPI_WATCH_PORT": "0"}, "mpi_watch_port=0", id="watch-port-0"),
+    pytest.param({"MARUN_MPI_WATCH_PORT": "0"}, "MARUN_MPI_WATCH_PORT='0'", id="watch-port-0"),
     pytest.param(
         {"MARUN_MPI_WATCH_PORT": "36666"},
         "mpi_watch_port=36666: expected a port other than sshd_port=36666",
         id="watch-port-is-sshd-port",
     ),
     pytest.param({"MARUN_FORMATION_TIMEOUT": "0"}, "formation_timeout=0.0", id="formation-0"),
-    pytest.param({"MARUN_FORMATION_TIMEOUT": "inf"}, "formation_timeout=inf", id="formation-inf"),
-    pytest.param({"MARUN_PEER_TIMEOUT": "-1"}, "peer_timeout=-1.0", id="peer-negative"),
+    pytest.param(
+        {"MARUN_FORMATION_TIMEOUT": "inf"}, "MARUN_FORMATION_TIMEOUT='inf'", id="formation-inf"
+    ),
+    pytest.param({"MARUN_PEER_TIMEOUT": "-1"}, "MARUN_PEER_TIMEOUT='-1'", id="peer-negative"),
     pytest.param({"MARUN_PEER_TIMEOUT": "soon"}, "MARUN_PEER_TIMEOUT='soon'", id="peer-word"),
 ]
 

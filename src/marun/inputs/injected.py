@@ -35,6 +35,8 @@ class Platform:
     python: str
     settings: Settings = field(default_factory=Settings)
     uid: int = 0
+    # `marun plan`: nothing is waited for (a name that does not resolve yet becomes a note).
+    dry_run: bool = False
 
     # -- node variables -------------------------------------------------------------------
     def _int_var(self, name: str, default: int | None, minimum: int, maximum: int) -> int:

@@ -21,6 +21,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from marun.errors import InputError, bad_value, show_value
@@ -60,7 +61,7 @@ class RankTable:
     format: str  # GROUP_LIST | SERVER_LIST
     servers: tuple[Server, ...]  # in rank order of their first device
 
-    @property
+    @cached_property  # asked for by every process of a plan: once, not once per process
     def rank_size(self) -> int:
         return sum(len(s.devices) for s in self.servers)
 

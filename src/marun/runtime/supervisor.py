@@ -37,6 +37,7 @@ from marun.runtime.output import (
     OutputStream,
     new_tail,
     open_log,
+    widen_pipe,
 )
 from marun.runtime.reaper import (
     Ending,
@@ -52,7 +53,7 @@ from marun.runtime.signals import RELAYED, STOPPING, SignalPipe, signal_name
 RECOVERY_ROLES = ("worker", "scheduler")
 _KILL_WAIT = 10.0  # after SIGKILL, how long to wait for the kernel to take processes away
 _TICK = 0.5  # at most this long between checks, so nothing depends on a single wake-up
-_READ_SIZE = 1 << 16  # per pipe and wake-up: a chatty rank cannot starve the others
+_READ_SIZE = 1 << 18  # per pipe and wake-up: a chatty rank cannot starve the others
 
 
 @dataclass(frozen=True)
@@ -92,9 +93,10 @@ class Supervisor:
     def __init__(
         self, plan: LaunchPlan, node: NodePlan, options: SupervisorOptions, console: Console
     ) -> None:
-        from marun.log import get_logger
-
-        self._log = get_logger("marun.runtime.supervisor")
+        # The log (structlog) is imported once every process has started: it costs more than
+        # starting them. Until then events wait here, with the time they happened.
+        self._log: Any = None
+        self._early: list[tuple[str, str, dict[str, Any], float]] | None = []
         self._options = options
         self._console = console
         self._node = node
@@ -145,6 +147,7 @@ class Supervisor:
                 for index in range(len(self._records)):
                     if not self._start(index):
                         break
+                self._log_early_events()
                 while not self._finished():
                     for key, _ in self._sel.select(self._timeout()):
                         if key.data is None:
@@ -159,6 +162,7 @@ class Supervisor:
             # Whatever happened above (even a bug), no process marun started outlives it.
             if self._running:
                 self._signal_everything(signal.SIGKILL)
+            self._log_early_events()
             self._sel.close()
             for fd in self._log_fds:
                 os.close(fd)
@@ -182,6 +186,7 @@ class Supervisor:
         env = dict(os.environ)
         env.update(spec.env)
         read_fd, write_fd = os.pipe()
+        widen_pipe(read_fd)
         now = time.time()
         try:
             popen = subprocess.Popen(
@@ -457,7 +462,20 @@ class Supervisor:
         )
         return job.exit_code
 
+    def _log_early_events(self) -> None:
+        if self._early is None:
+            return
+        from marun.log import get_logger
+
+        early, self._early = self._early, None
+        self._log = get_logger("marun.runtime.supervisor")
+        for event, level, fields, at in early:
+            self._emit(event, level, _at=at, **fields)
+
     def _emit(self, event: str, level: str = "info", **fields: Any) -> None:
         """A structlog event; a closed stderr must not stop the supervision."""
+        if self._early is not None:
+            self._early.append((event, level, fields, time.time()))
+            return
         with contextlib.suppress(OSError, ValueError):
             getattr(self._log, level)(event, node=self._node.index, **fields)

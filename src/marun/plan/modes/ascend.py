@@ -53,7 +53,7 @@ def _table_path(platform: Platform) -> str:
     return raw
 
 
-def _hccl_ifname(platform: Platform, server: Server) -> dict[str, str]:
+def _hccl_ifname(platform: Platform, server: Server, local_addresses: set[str]) -> dict[str, str]:
     if platform.env.get("HCCL_SOCKET_IFNAME"):
         return {}
     from marun.inputs.nic import choose_nic
@@ -62,8 +62,8 @@ def _hccl_ifname(platform: Platform, server: Server) -> dict[str, str]:
         return socket_ifname_env(
             platform, choose_nic(platform.settings.nic), ("HCCL_SOCKET_IFNAME",)
         )
-    if server.host_ip is None:
-        return {}
+    if server.host_ip is None or server.host_ip not in local_addresses:
+        return {}  # what choose_nic would say, without scanning the interfaces per server
     nic = choose_nic(None, [server.host_ip])
     if nic.address != server.host_ip:  # choose_nic fell back to a guess
         return {}
@@ -127,10 +127,20 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     else:
         indexes = [this_server_index(platform, table)]
 
+    # The interfaces are read once for the whole plan (a plan of every node of a 1,024-server
+    # table read them once per server), and with a configured NIC the answer is the same for all.
+    fixed: dict[str, str] | None = None
+    local: set[str] = set()
+    if platform.env.get("HCCL_SOCKET_IFNAME") or platform.settings.nic:
+        fixed = _hccl_ifname(platform, table.servers[indexes[0]], local)
+    else:
+        from marun.inputs.nic import ipv4_by_interface
+
+        local = {a for addrs in ipv4_by_interface().values() for a in addrs}
     nodes = []
     for index in indexes:
         server = table.servers[index]
-        ifname = _hccl_ifname(platform, server)
+        ifname = dict(fixed) if fixed is not None else _hccl_ifname(platform, server, local)
         if not ifname and not platform.env.get("HCCL_SOCKET_IFNAME"):
             why = (
                 f"no interface here holds {server.host_ip}"

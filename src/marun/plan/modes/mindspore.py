@@ -183,20 +183,25 @@ def _this_nic(platform: Platform, listed: str | None, override: str | None) -> N
 
 
 def _resolve_node0(platform: Platform, host: str, all_nodes: bool) -> tuple[str, tuple[str, ...]]:
-    if not all_nodes:
+    if not all_nodes and not platform.dry_run:
         try:
             return resolve_ipv4(host, platform.settings.resolve_timeout), ()
         except ResolveError as exc:
             raise ResolveError(
                 f"MS_SCHED_HOST: node 0's {exc} (set MS_SCHED_HOST, or raise resolve_timeout)"
             ) from None
-    timeout = min(DRY_RUN_RESOLVE_TIMEOUT, platform.settings.resolve_timeout)
+    # A dry run looks the name up once and never waits (outside the cluster it may never
+    # resolve); a plan of every node built through the API waits a little.
+    timeout = (
+        0.0 if platform.dry_run else min(DRY_RUN_RESOLVE_TIMEOUT, platform.settings.resolve_timeout)
+    )
     try:
         return resolve_ipv4(host, timeout), ()
     except ResolveError:
+        waited = "a dry run does not wait" if platform.dry_run else f"waited {timeout:g}s"
         return host, (
-            f"MS_SCHED_HOST shows node 0's host name {host!r}: it did not resolve within "
-            f"{timeout:g}s here; each node resolves it to an IPv4 address when it runs "
+            f"MS_SCHED_HOST shows node 0's host name {host!r}: it did not resolve here "
+            f"({waited}); each node resolves it to an IPv4 address when it runs "
             "(MindSpore takes no names)",
         )
 
