@@ -6,5 +6,15 @@
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
-bash scripts/bootstrap.sh >/dev/null
-exec .venv/bin/marun simulate --mode "${MODE:-pytorch}" --nodes 2 --devices 2 -- examples/hello.py "$@"
+echo "[demo] setting up (.venv with marun; the first time takes about 20 s)"
+bash scripts/bootstrap.sh
+mode=${MODE:-pytorch}
+echo "[demo] marun simulate --mode $mode --nodes 2 --devices 2 -- examples/hello.py"
+status=0
+.venv/bin/marun simulate --mode "$mode" --nodes 2 --devices 2 -- examples/hello.py "$@" || status=$?
+if [ "$status" = 0 ]; then
+  echo "[demo] done: the simulated job exited 0; every rank's log is under marun_logs/simulate/node<i>/"
+else
+  echo "[demo] the simulated job exited $status (see the failure summary above)"
+fi
+exit "$status"
