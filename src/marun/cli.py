@@ -51,7 +51,8 @@ ConfigOpt = Annotated[
     typer.Option("--config", help="YAML settings file (else $MARUN_CONFIG, ./marun.yaml)"),
 ]
 NprocOpt = Annotated[
-    Optional[str], typer.Option("--nproc-per-node", help="processes per node (default MA_NUM_GPUS)")
+    Optional[str],
+    typer.Option("--nproc-per-node", metavar="N", help="processes per node (default MA_NUM_GPUS)"),
 ]
 PerNodeOpt = Annotated[
     Optional[bool],
@@ -84,16 +85,25 @@ ConsoleRanksOpt = Annotated[
 ]
 GraceOpt = Annotated[
     Optional[str],
-    typer.Option("--grace-period", help="seconds between SIGTERM and SIGKILL (default 30)"),
+    typer.Option(
+        "--grace-period",
+        metavar="SECONDS",
+        help="seconds between SIGTERM and SIGKILL (default 30)",
+    ),
 ]
 MaxRestartsOpt = Annotated[
     Optional[str],
-    typer.Option("--max-restarts", help="MindSpore recovery: restarts per process (default 3)"),
+    typer.Option(
+        "--max-restarts",
+        metavar="N",
+        help="MindSpore recovery: restarts per process (default 3)",
+    ),
 ]
 RecoveryWaitOpt = Annotated[
     Optional[str],
     typer.Option(
         "--recovery-wait",
+        metavar="SECONDS",
         help="MindSpore recovery: seconds before a restart (default 30, the scheduler's window)",
     ),
 ]
@@ -332,6 +342,11 @@ def main(argv: Optional[list[str]] = None) -> None:
     """The `marun` command. Every refusal is one line on stderr, `marun: error: ...`, with exit
     code 2 for bad input: marun's own checks and the command-line parser's alike (typer would
     draw a five-line box)."""
+    words = sys.argv[1:] if argv is None else argv
+    if "--help" in words and not sys.stdout.isatty():
+        # rich would fit the help into 80 columns and cut option names (`--keep-platform-a…`)
+        # when the output is a pipe or a file; only for --help, so no job inherits it.
+        os.environ.setdefault("COLUMNS", "160")
     try:
         code = app(args=argv, prog_name="marun", standalone_mode=False)
     except MarunError as exc:

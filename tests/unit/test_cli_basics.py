@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,10 @@ def test_a_usage_error_is_one_line_and_exit_2(args: list[str], expected: str) ->
     assert res.stderr.count("\n") == 1, res.stderr
     assert expected in res.stderr
     assert "\x1b" not in res.stderr
+
+
+def test_help_through_a_pipe_shows_whole_option_names() -> None:
+    res = run_marun(["run", "--help"])
+    assert res.returncode == 0
+    assert "--keep-platform-args" in res.stdout
+    assert re.search(r"--nproc-per-node +N ", res.stdout), res.stdout
