@@ -51,4 +51,9 @@ if [ -n "$PY39" ] && [ "$(cat "$VENVS/py39/.marun-stamp" 2>/dev/null)" != "$(sta
   "$VENVS/py39/bin/python" -c 'import marun.cli'
   stamp_of > "$VENVS/py39/.marun-stamp"
 fi
+if [ -z "$PY39" ]; then
+  log "no Python 3.9 interpreter found (python3.9, pyenv's 3.9.*, \$MARUN_PYTHON39): the 3.9 test"
+  log "will skip, or fail under MARUN_REQUIRE_E2E=1; install one (pyenv install 3.9, or"
+  log "uv python install 3.9) and set MARUN_PYTHON39=/path/to/python3.9"
+fi
 log "ready"

@@ -42,7 +42,12 @@ CASES = {
 
 def _need_py39() -> None:
     if not PY39.exists():
-        pytest.skip(f"no Python 3.9 venv at {PY39}: run scripts/bootstrap.sh")
+        pytest.skip(
+            f"no Python 3.9 venv at {PY39}: scripts/bootstrap.sh makes it when a Python 3.9 "
+            "interpreter exists (python3.9 on PATH, pyenv's 3.9, or MARUN_PYTHON39=/path/to/"
+            "python3.9); install one (e.g. `pyenv install 3.9` or `uv python install 3.9`) and "
+            "rerun it"
+        )
 
 
 def _plan(python: str, mode: str, cwd: Path) -> dict[str, object]:
