@@ -6,7 +6,7 @@ the user's time: `marun run` sits in front of every training process)."""
 import os
 import sys
 from enum import Enum
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -71,8 +71,8 @@ LogDirOpt = Annotated[Optional[str], typer.Option("--log-dir", help="per-process
 TfChiefOpt = Annotated[
     Optional[bool], typer.Option("--tf-chief", help="tensorflow: worker 0 becomes the chief")
 ]
-# Supervision options: they change what `run` does, not the plan; `plan` accepts them too, so a
-# `run` command line can be turned into its dry-run by changing one word.
+# Supervision options: part of the plan (its `supervision`), so `plan` shows and checks them exactly
+# as `run` does, and a `run` command line turns into its dry-run by changing one word.
 ConsoleRanksOpt = Annotated[
     Optional[str],
     typer.Option(
@@ -89,6 +89,9 @@ MaxRestartsOpt = Annotated[
     Optional[int],
     typer.Option("--max-restarts", help="MindSpore recovery: restarts per process (default 3)"),
 ]
+SuperviseOpt = Annotated[
+    bool, typer.Option("--supervise", help="supervise even a single process, not exec it")
+]
 RecoveryWaitOpt = Annotated[
     Optional[float],
     typer.Option(
@@ -96,24 +99,6 @@ RecoveryWaitOpt = Annotated[
         help="MindSpore recovery: seconds before a restart (default 30, the scheduler's window)",
     ),
 ]
-
-
-def _platform_and_plan(
-    command: Optional[list[str]],
-    mode: Mode,
-    config: Optional[str],
-    all_nodes: bool,
-    cli_settings: "dict[str, Any]",
-) -> Any:
-    from marun.inputs.injected import read_platform
-    from marun.inputs.settings import load_settings
-    from marun.plan.modes import build_plan
-
-    env = dict(os.environ)
-    cwd = os.getcwd()
-    loaded = load_settings(cli_settings, env, cwd, config)
-    platform = read_platform(command or [], env, cwd, loaded.settings)
-    return platform, build_plan(mode.value, platform, all_nodes)
 
 
 # The options of `plan` and `run` that are settings (config.Settings fields of the same name).
@@ -131,7 +116,7 @@ SETTING_OPTIONS = (
 )
 
 
-def _setting_options(params: "dict[str, Any]") -> "dict[str, Any]":
+def _setting_options(params: "dict[str, object]") -> "dict[str, object]":
     """A command's settings options by name, from its parameters (None: not given)."""
     return {name: params[name] for name in SETTING_OPTIONS if name in params}
 
@@ -160,18 +145,16 @@ def plan(
     grace_period: GraceOpt = None,
     max_restarts: MaxRestartsOpt = None,
     recovery_wait: RecoveryWaitOpt = None,
+    supervise: SuperviseOpt = False,
 ) -> None:
     """Print what `marun run` would start with these inputs (nothing is started)."""
+    from marun.plan.modes import plan_from_environment
     from marun.plan.render import render
 
-    _, launch_plan = _platform_and_plan(
-        command,
-        mode,
-        config,
-        all_nodes,
-        _setting_options(locals()),
-    )
     chosen = fmt.value if fmt else ("table" if sys.stdout.isatty() else "json")
+    launch_plan = plan_from_environment(
+        command or [], mode.value, config, _setting_options(locals()), all_nodes, supervise
+    )
     sys.stdout.write(render(launch_plan, chosen))
 
 
@@ -190,28 +173,16 @@ def run(
     grace_period: GraceOpt = None,
     max_restarts: MaxRestartsOpt = None,
     recovery_wait: RecoveryWaitOpt = None,
-    supervise: Annotated[
-        bool, typer.Option("--supervise", help="supervise even a single process, not exec it")
-    ] = False,
+    supervise: SuperviseOpt = False,
 ) -> None:
     """Start this node's part of the job, supervise it, and exit with its status."""
-    from marun.plan.modes.common import log_dir as plan_log_dir
+    from marun.plan.modes import plan_from_environment
     from marun.runtime.execute import execute
 
-    platform, launch_plan = _platform_and_plan(
-        command,
-        mode,
-        config,
-        False,
-        _setting_options(locals()),
+    launch_plan = plan_from_environment(
+        command or [], mode.value, config, _setting_options(locals()), False, supervise
     )
-    code = execute(
-        launch_plan,
-        supervise=supervise,
-        settings=platform.settings,
-        record_dir=plan_log_dir(platform),
-    )
-    raise typer.Exit(code)
+    raise typer.Exit(execute(launch_plan))
 
 
 class SimMode(str, Enum):
@@ -241,44 +212,18 @@ def simulate(
 ) -> None:
     """Run a whole job on this machine: per node exactly what the platform injects, one
     `marun run` each on 127.0.0.1; exit with the job's status."""
-    from dataclasses import replace
+    from marun.sim.simulate import SimulateRequest, simulate
 
-    from marun.inputs.injected import read_platform
-    from marun.inputs.settings import load_settings
-    from marun.plan.modes import build_plan
-    from marun.plan.render import render_table
-    from marun.runtime.output import Console
-    from marun.runtime.supervisor import Supervisor, options_from_settings
-    from marun.sim.simulate import inner_platform, simulation_plan, write_inputs
-
-    env = dict(os.environ)
-    cwd = os.getcwd()
-    cli_settings = {
-        "log_dir": log_dir,
-        "tf_chief": tf_chief,
-        "console_ranks": console_ranks,
-        "grace_period": grace_period,
-    }
-    settings = load_settings(cli_settings, env, cwd, config).settings
-    platform = read_platform(command or [], env, cwd, settings)
-    inner_options = ["--tf-chief"] if settings.tf_chief else []
-    if settings.console_ranks:
-        inner_options += ["--console-ranks", ",".join(settings.console_ranks)]
-    if grace_period is not None:
-        inner_options += ["--grace-period", str(grace_period)]
-    if mode is SimMode.mpi:
-        from marun.sim.simulate import run_mpi_simulation
-
-        options = replace(options_from_settings(settings, None), prefix_output=False)
-        raise typer.Exit(run_mpi_simulation(platform, nodes, devices, inner_options, options))
-    outer, boxes, sim_dir = simulation_plan(platform, mode.value, nodes, devices, inner_options)
-    write_inputs(mode.value, nodes, devices, sim_dir)
-    if show_plan:
-        job = build_plan(mode.value, inner_platform(platform, boxes[0]), all_nodes=True)
-        sys.stdout.write(render_table(job) + "\n")
-        sys.stdout.flush()
-    options = replace(options_from_settings(settings, sim_dir), prefix_output=False)
-    raise typer.Exit(Supervisor(outer, outer.nodes[0], options, Console()).run())
+    request = SimulateRequest(
+        command=tuple(command or ()),
+        mode=mode.value,
+        nodes=nodes,
+        devices=devices,
+        config=config,
+        settings=_setting_options(locals()),
+        show_plan=show_plan,
+    )
+    raise typer.Exit(simulate(request))
 
 
 @app.command()

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from structlog.typing import EventDict, FilteringBoundLogger, Processor, WrappedLogger
 
 _state = {"configured": False}
 
 
-def _mask_secrets(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+def _mask_secrets(_: WrappedLogger, __: str, event: EventDict) -> EventDict:
     from marun.redact import MASK, is_secret_name, mask_argv, mask_env
 
     for key, value in list(event.items()):
@@ -25,12 +27,12 @@ def _mask_secrets(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMa
     return event
 
 
-def get_logger(name: str = "marun") -> Any:
+def get_logger(name: str = "marun") -> FilteringBoundLogger:
     import structlog
 
     if not _state["configured"]:
         json_lines = os.environ.get("MARUN_LOG_FORMAT", "").lower() == "json"
-        processors: list[Any] = [
+        processors: list[Processor] = [
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=False),
             _mask_secrets,
@@ -51,4 +53,5 @@ def get_logger(name: str = "marun") -> Any:
             cache_logger_on_first_use=True,
         )
         _state["configured"] = True
-    return structlog.get_logger(name)
+    logger: FilteringBoundLogger = structlog.get_logger(name)
+    return logger

@@ -39,6 +39,17 @@ def render_table(plan: LaunchPlan) -> str:
     out: list[str] = []
     nprocs = sum(len(n["processes"]) for n in data["nodes"])
     out.append(f"mode: {data['mode']}   nodes: {len(data['nodes'])}   processes: {nprocs}")
+    watching = data["supervision"]
+    lone = "supervised" if watching["always_supervise"] else "exec'd (unless marun is PID 1)"
+    out.append(
+        f"supervision: grace_period {watching['grace_period']:g}s   "
+        f"max_restarts {watching['max_restarts']}   "
+        f"recovery_wait {watching['recovery_wait']:g}s   "
+        f"console_ranks {','.join(watching['console_ranks']) or 'all'}   "
+        f"lone process {lone}"
+    )
+    if watching["record_dir"]:
+        out.append(f"result.json: {watching['record_dir']}")
     for note in data["notes"]:
         out.append(f"note: {note}")
     for node in data["nodes"]:
@@ -47,7 +58,9 @@ def render_table(plan: LaunchPlan) -> str:
         rows = [
             (
                 p["name"],
-                p["role"] + (" (daemon)" if p["daemon"] else ""),
+                p["role"]
+                + (" (daemon)" if p["daemon"] else "")
+                + (" (restarts)" if p["restart_on_failure"] else ""),
                 "-" if p["rank"] is None else str(p["rank"]),
                 shlex.join(p["argv"]),
             )
@@ -65,7 +78,7 @@ def render_table(plan: LaunchPlan) -> str:
             for key, value in sorted(p["env"].items()):
                 out.append(f"      {key}={value}")
         for f in node["files"]:
-            out.append(f"  file {f['path']}:")
+            out.append(f"  file {f['path']} (mode {f['mode']}):")
             out.append(_indent(f["content"], "      ").rstrip("\n"))
     return "\n".join(out) + "\n"
 

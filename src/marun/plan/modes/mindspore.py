@@ -169,7 +169,7 @@ def _recovery_env(platform: Platform) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
-class _Engine:
+class _ClusterSettings:
     """MindSpore's settings for every process, whatever the layout."""
 
     port: int
@@ -177,8 +177,8 @@ class _Engine:
     recovery: Mapping[str, str]  # MS_ENABLE_RECOVERY and MS_RECOVERY_PATH, or nothing
 
 
-def _engine(platform: Platform) -> _Engine:
-    return _Engine(_sched_port(platform), _topo_timeout(platform), _recovery_env(platform))
+def _cluster_settings(platform: Platform) -> _ClusterSettings:
+    return _ClusterSettings(_sched_port(platform), _topo_timeout(platform), _recovery_env(platform))
 
 
 # -- this node's NIC and node 0's address --------------------------------------------------------
@@ -349,19 +349,19 @@ def _from_rank_table(
 def _processes(
     platform: Platform,
     argv: tuple[str, ...],
-    engine: _Engine,
+    cluster: _ClusterSettings,
     layout: _Layout,
     node: _Node,
 ) -> tuple[ProcessSpec, ...]:
     logs = log_dir(platform)
     common = {
         "MS_SCHED_HOST": layout.sched_host,
-        "MS_SCHED_PORT": str(engine.port),
+        "MS_SCHED_PORT": str(cluster.port),
         "MS_WORKER_NUM": str(layout.worker_num),
-        "MS_TOPO_TIMEOUT": str(engine.topo_timeout),
+        "MS_TOPO_TIMEOUT": str(cluster.topo_timeout),
         "RANK_SIZE": str(layout.worker_num),
     }
-    recovery = engine.recovery
+    recovery = cluster.recovery
     ifnames: Mapping[str, str] = {}
     if node.index == layout.this_index:
         ifnames = socket_ifname_env(platform, layout.nic, IFNAME_VARS)
@@ -379,6 +379,7 @@ def _processes(
                 log=os.path.join(logs, "scheduler.log"),
                 role="scheduler",
                 rank=None,
+                restart_on_failure=bool(recovery),
             )
         )
     for worker in node.workers:
@@ -401,6 +402,7 @@ def _processes(
                 log=os.path.join(logs, f"worker_{rank}.log"),
                 role="worker",
                 rank=worker.rank,
+                restart_on_failure=bool(recovery),
             )
         )
     return tuple(procs)
@@ -410,7 +412,7 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     # Inputs that need no waiting first, so a mistake fails before any bounded wait (a rank table
     # still initializing, a host name that has yet to resolve).
     argv = script_argv(platform)
-    engine = _engine(platform)
+    cluster = _cluster_settings(platform)
     override = _sched_host_override(platform)
     rank_table = _given(platform, "RANK_TABLE_FILE")
     if rank_table is not None:
@@ -421,7 +423,7 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
         NodePlan(
             index=node.index,
             host=node.host,
-            processes=_processes(platform, argv, engine, layout, node),
+            processes=_processes(platform, argv, cluster, layout, node),
         )
         for node in layout.nodes
     )
