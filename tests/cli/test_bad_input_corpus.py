@@ -16,6 +16,7 @@ checked from outside. docs/reliability.md reports the count and the classes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -215,7 +216,8 @@ def _mode_case(cls: str, name: str, mode: str, env: dict[str, str], extra: list[
 
 
 def _mutations(table: object) -> Iterator[tuple[str, object]]:
-    """Every leaf of a rank table replaced with odd values, every key dropped, every list emptied."""
+    """Every leaf of a rank table replaced with odd values, every key dropped, every list
+    emptied."""
 
     def walk(node: object, path: tuple[object, ...]) -> Iterator[tuple[tuple[object, ...], object]]:
         yield path, node
@@ -587,10 +589,8 @@ def run_case(case: Case, command: str, work: Path) -> Outcome:
             break
         select.select([], [], [], 0.005)
     # Whatever the case started in its session ends with it.
-    try:
+    with contextlib.suppress(OSError):
         os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        pass
     return Outcome(
         code,
         out_path.read_text(errors="replace") if out_path.exists() else "",
