@@ -3,7 +3,6 @@ the user's time: `marun run` sits in front of every training process)."""
 
 # No `from __future__ import annotations` here: typer reads these annotations at run time, and
 # marun runs under Python 3.9, where `str | None` cannot be evaluated.
-import os
 import sys
 from enum import Enum
 from typing import Annotated, Optional
@@ -241,24 +240,12 @@ def doctor(
 ) -> None:
     """Preflight: Python, dependencies, framework, mpirun/sshd, ssh keys, NICs, host name,
     rank table, ports. Exit 1 when a check fails."""
-    from marun.doctor import exit_code, render_checks, run_checks
-    from marun.inputs.injected import read_platform
-    from marun.inputs.settings import load_settings
-    from marun.plan.modes import detect_mode
+    from marun.doctor import doctor_here
 
-    env = dict(os.environ)
-    cwd = os.getcwd()
-    platform = read_platform([], env, cwd, load_settings({"nic": nic}, env, cwd, config).settings)
-    chosen = mode.value if mode else None
-    if chosen == "auto":
-        try:
-            chosen = detect_mode(platform)
-        except MarunError:
-            chosen = None
-    checks = run_checks(platform, chosen)
     out_fmt = fmt.value if fmt else ("table" if sys.stdout.isatty() else "json")
-    sys.stdout.write(render_checks(checks, "json" if out_fmt == "json" else "table"))
-    raise typer.Exit(exit_code(checks))
+    text, code = doctor_here(mode.value if mode else None, config, nic, out_fmt)
+    sys.stdout.write(text)
+    raise typer.Exit(code)
 
 
 def _print_version(value: bool) -> None:

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from marun.errors import bad_value
 from marun.plan.launch_plan import LaunchPlan, NodePlan
@@ -440,7 +440,7 @@ class Supervisor:
         )
         return job.exit_code
 
-    def _emit(self, event: str, level: str = "info", **fields: Any) -> None:
+    def _emit(self, event: str, level: str = "info", **fields: object) -> None:
         """A structlog event; a closed stderr must not stop the supervision."""
         with contextlib.suppress(OSError, ValueError):
             getattr(self._log, level)(event, node=self._node.index, **fields)
