@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import DATA, run_marun
 from marun.errors import InputError
@@ -157,3 +158,41 @@ def test_supervision_is_checked_when_built(field: str, value: object, expected: 
         Supervision(**{field: value})  # type: ignore[arg-type]
     assert str(caught.value).startswith(expected)
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("fmt", ["table", "json", "yaml"])
+def test_the_dry_run_shows_the_supervision(tmp_path: Path, fmt: str) -> None:
+    (tmp_path / "train.py").write_text("")
+    env = {"MA_NUM_GPUS": "1", "MARUN_NIC": "lo", "MARUN_MAX_RESTARTS": "1"}
+    res = run_marun(
+        [
+            "plan",
+            "--format",
+            fmt,
+            "--grace-period",
+            "5",
+            "--supervise",
+            "--console-ranks",
+            "0",
+            "--",
+            "train.py",
+            *INIT[:2],
+        ],
+        env=env,
+        cwd=tmp_path,
+    )
+    assert res.returncode == 0, res.stderr
+    if fmt == "table":
+        assert "supervision: grace_period 5s   max_restarts 1   recovery_wait 30s   " in res.stdout
+        assert "console_ranks 0   lone process supervised" in res.stdout
+        return
+    data = json.loads(res.stdout) if fmt == "json" else yaml.safe_load(res.stdout)
+    assert data["supervision"] == {
+        "grace_period": 5.0,
+        "max_restarts": 1,
+        "recovery_wait": 30.0,
+        "console_ranks": ["0"],
+        "record_dir": str(tmp_path / "marun_logs"),
+        "always_supervise": True,
+        "prefix_output": True,
+    }
