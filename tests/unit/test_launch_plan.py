@@ -14,6 +14,7 @@ from conftest import DATA, run_marun
 from marun.errors import InputError
 from marun.inputs.injected import read_platform
 from marun.inputs.settings import Settings
+from marun.plan.console_selection import ConsoleSelection
 from marun.plan.launch_plan import FileSpec, LaunchPlan, NodePlan, ProcessSpec, Supervision
 from marun.plan.modes import build_plan
 from marun.plan.render import render_json
@@ -196,3 +197,21 @@ def test_the_dry_run_shows_the_supervision(tmp_path: Path, fmt: str) -> None:
         "always_supervise": True,
         "prefix_output": True,
     }
+
+
+@pytest.mark.parametrize(
+    "value", ["²", "١٢", "1²", "-", "0-", "a b", "99999999999999999999", "5-2"]
+)
+def test_console_ranks_refuses_what_is_not_ascii_ranks_or_names(value: str) -> None:
+    with pytest.raises(InputError, match="console_ranks="):
+        ConsoleSelection.parse([value])
+
+
+def test_console_ranks_ranges_are_kept_as_ranges() -> None:
+    selection = ConsoleSelection.parse(["0-999999999999", "scheduler", "ps"])  # no billion-set
+    assert selection.shows("worker7", "worker", 7)
+    assert selection.shows("scheduler", "scheduler", None)
+    assert selection.shows("ps0", "ps", None)
+    assert not selection.shows("sshd", "sshd", None)
+    assert ConsoleSelection.parse(["all"]).shows("x", "y", None)
+    assert not ConsoleSelection.parse(["none"]).shows("x", "y", 0)

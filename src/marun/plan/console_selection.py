@@ -5,10 +5,15 @@ Part of the plan's supervision settings, so a bad selection is refused when the 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from marun.errors import InputError, bad_value
+
+# ASCII only: str.isdigit() also says yes to "²" and "١٢", which int() refuses or reads otherwise.
+_DIGITS = re.compile(r"[0-9]{1,18}")
+_NAME = re.compile(r"[A-Za-z0-9_.-]*[A-Za-z][A-Za-z0-9_.-]*")  # a name holds a letter
 
 
 @dataclass(frozen=True)
@@ -17,7 +22,7 @@ class ConsoleSelection:
     process names or roles (`scheduler`, `ps`), comma-separated."""
 
     everything: bool = True
-    ranks: frozenset[int] = frozenset()
+    ranks: frozenset[tuple[int, int]] = frozenset()  # (first, last) ranges, both included
     names: frozenset[str] = frozenset()
 
     @classmethod
@@ -27,16 +32,16 @@ class ConsoleSelection:
             return cls()
         if words == ["none"]:
             return cls(everything=False)
-        ranks: set[int] = set()
+        ranks: set[tuple[int, int]] = set()
         names: set[str] = set()
         for word in words:
             low, dash, high = word.partition("-")
-            if low.isdigit() and (not dash or high.isdigit()):
+            if _DIGITS.fullmatch(low) and (not dash or _DIGITS.fullmatch(high)):
                 first, last = int(low), int(high) if dash else int(low)
                 if last < first:
                     raise _bad_selection(tokens)
-                ranks.update(range(first, last + 1))
-            elif word.replace("_", "").replace("-", "").replace(".", "").isalnum():
+                ranks.add((first, last))
+            elif _NAME.fullmatch(word):
                 names.add(word)
             else:
                 raise _bad_selection(tokens)
@@ -45,7 +50,9 @@ class ConsoleSelection:
     def shows(self, name: str, role: str, rank: int | None) -> bool:
         if self.everything:
             return True
-        return (rank is not None and rank in self.ranks) or name in self.names or role in self.names
+        if rank is not None and any(first <= rank <= last for first, last in self.ranks):
+            return True
+        return name in self.names or role in self.names
 
 
 def _bad_selection(tokens: Sequence[str]) -> InputError:

@@ -4,7 +4,10 @@ One loop in the main thread does everything, so nothing races: it waits (selecto
 process's output pipe and on the signal pipe, reads what is there, reaps whatever ended
 (`waitpid(-1)`, orphans included), restarts or fails fast, and moves the shutdown on. Each
 planned process is the leader of its own session, so a signal sent to its process group reaches
-what it started too.
+what it started too. Everything it is told comes from the plan: `plan.supervision` (grace period,
+restart limits, console selection, where result.json goes) and each process's spec (a process is
+restarted only when its `restart_on_failure` says so); it reads no settings or environment of its
+own.
 
 The exit code, decided by the first cause of the end:
 - every non-daemon process exited 0: 0 (daemons are then stopped; that is still success);
