@@ -1,66 +1,77 @@
 """How long marun adds before the training script runs: the path to `exec`.
 
-Each command runs the same no-op script; figures are the median wall time of N runs, measured
-in this run, with the bare interpreter as the baseline. When the torch venv from
+Each command runs the same no-op script; figures are medians of N runs (interleaved with the
+baseline, after a warm-up), with a bare `python noop.py` as the baseline measured in this run.
+Peak RSS is the process's own across the exec (marun's part included). When the torch venv from
 scripts/frameworks.sh exists, torchrun (`python -m torch.distributed.run`) is measured the same
-way for comparison.
+way for comparison. `python -X importtime -m marun run -- noop.py` shows what is imported.
 
-    .venv/bin/python bench/startup.py [--runs 20]
+    python bench/startup.py [--small] [--runs 20]
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (
+    PYTHON,
+    REPO,
+    Row,
+    bench_env,
+    interleaved,
+    load_note,
+    mib,
+    ms,
+    print_rows,
+    standard_args,
+    timed,
+)
+
+INIT = ["--init_method", "tcp://127.0.0.1:29500"]
 
 
-def median_seconds(argv: list[str], runs: int, env: dict[str, str], cwd: str) -> float:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        subprocess.run(argv, env=env, cwd=cwd, check=True, stdout=subprocess.DEVNULL)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def run(small: bool, runs: int, torchrun: bool = True) -> list[Row]:
+    env = bench_env()
+    with tempfile.TemporaryDirectory(prefix="marun-startup-") as tmp:
+        Path(tmp, "noop.py").write_text("pass\n")
+        cases = {
+            "python noop.py": [PYTHON, "noop.py"],
+            "marun run (exec path)": [PYTHON, "-m", "marun", "run", "--", "noop.py", *INIT],
+            "marun plan": [PYTHON, "-m", "marun", "plan", "--", "noop.py", *INIT],
+        }
+        venvs = Path(os.environ.get("MARUN_VENVS", REPO / ".cache" / "venvs"))
+        torch_py = venvs / "torch" / "bin" / "python"
+        if torchrun and not small and torch_py.exists():
+            cases["torchrun --nproc-per-node 1"] = [
+                str(torch_py), "-m", "torch.distributed.run", "--nproc-per-node", "1", "noop.py"
+            ]  # fmt: skip
+        results = interleaved(
+            [lambda argv=argv: timed(argv, env, tmp) for argv in cases.values()],  # type: ignore[misc]
+            max(5, runs // 4) if small else runs,
+        )
+    (base, base_rss), *rest = results
+    rows = []
+    for name, (seconds, rss) in zip(list(cases)[1:], rest):
+        goal, met = "-", None
+        if name.startswith("marun run"):
+            goal = "<= +50 ms, <= +20 MiB"
+            met = seconds - base <= 0.050 and rss - base_rss <= 20 * (1 << 20)
+        rows.append(Row("startup", name, f"{ms(seconds)}, {mib(rss)}",
+                        f"{ms(base)}, {mib(base_rss)}",
+                        f"+{ms(seconds - base)}, +{mib(rss - base_rss)}", goal, met))  # fmt: skip
+    return rows
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=20)
+    parser = standard_args(__doc__, 20)
     args = parser.parse_args()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MA_", "VC_", "MARUN_"))}
-    with tempfile.TemporaryDirectory() as tmp:
-        Path(tmp, "noop.py").write_text("pass\n")
-        init = ["--init_method", "tcp://127.0.0.1:29500"]
-        cases: list[tuple[str, list[str]]] = [
-            ("python noop.py (baseline)", [sys.executable, "noop.py"]),
-            (
-                "marun run (exec path)",
-                [sys.executable, "-m", "marun", "run", "--", "noop.py", *init],
-            ),
-            ("marun plan", [sys.executable, "-m", "marun", "plan", "--", "noop.py", *init]),
-        ]
-        torch_py = REPO / ".cache" / "venvs" / "torch" / "bin" / "python"
-        if torch_py.exists():
-            cases.append(
-                (
-                    "torchrun --nproc-per-node 1",
-                    [str(torch_py), "-m", "torch.distributed.run", "--nproc-per-node", "1",
-                     "noop.py"],
-                )
-            )  # fmt: skip
-        results = [(name, median_seconds(argv, args.runs, env, tmp)) for name, argv in cases]
-    base = results[0][1]
-    print(f"median of {args.runs} runs, {sys.executable} ({sys.version.split()[0]})")
-    for name, seconds in results:
-        print(f"{name:<32} {seconds * 1000:8.1f} ms   x{seconds / base:5.1f} baseline")
+    rows = run(args.small, args.runs)
+    print(f"medians of {args.runs} runs (wall, peak RSS), {PYTHON}, {load_note()}")
+    print_rows(rows)
 
 
 if __name__ == "__main__":

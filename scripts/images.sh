@@ -22,7 +22,7 @@
 # Environment: MARUN_IMAGES_DIR (default <repo>/.cache/images: rootfs, podman storage, context),
 # MARUN_IMAGES_FRESH=1 (rebuild the rootfs and re-import the base), MARUN_MPI4PY (pip spec).
 #
-# Workarounds this kind of machine needs (../shared/reference/README.md): the runc runtime (crun
+# Workarounds this kind of machine needs (found by trial on it): the runc runtime (crun
 # 1.8.1 refuses the hybrid cgroup layout), ulimits capped in containers.conf (podman's defaults
 # fail with "setrlimit: Operation not permitted"), --root/--runroot as flags (a storage config
 # file made every run stall 20 s).

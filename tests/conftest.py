@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SEEDS = REPO.parent / "shared" / "seeds"
 DATA = Path(__file__).resolve().parent / "data"
 
 _PLATFORM_PREFIXES = ("MA_", "VC_", "VK_", "RANK", "ASCEND_", "DEVICE_ID", "MS_", "MARUN_", "TF_")

@@ -1,4 +1,4 @@
-from marun.cli import main
+from marun.entry import main
 
 if __name__ == "__main__":
     main()

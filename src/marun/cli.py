@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from marun.errors import MarunError
+from marun.run_argv import SETTING_OPTIONS
 
 app = typer.Typer(
     add_completion=False,
@@ -49,7 +50,7 @@ ConfigOpt = Annotated[
     typer.Option("--config", help="YAML settings file (else $MARUN_CONFIG, ./marun.yaml)"),
 ]
 NprocOpt = Annotated[
-    Optional[int], typer.Option("--nproc-per-node", help="processes per node (default MA_NUM_GPUS)")
+    Optional[str], typer.Option("--nproc-per-node", help="processes per node (default MA_NUM_GPUS)")
 ]
 PerNodeOpt = Annotated[
     Optional[bool],
@@ -81,38 +82,23 @@ ConsoleRanksOpt = Annotated[
     ),
 ]
 GraceOpt = Annotated[
-    Optional[float],
+    Optional[str],
     typer.Option("--grace-period", help="seconds between SIGTERM and SIGKILL (default 30)"),
 ]
 MaxRestartsOpt = Annotated[
-    Optional[int],
+    Optional[str],
     typer.Option("--max-restarts", help="MindSpore recovery: restarts per process (default 3)"),
 ]
 SuperviseOpt = Annotated[
     bool, typer.Option("--supervise", help="supervise even a single process, not exec it")
 ]
 RecoveryWaitOpt = Annotated[
-    Optional[float],
+    Optional[str],
     typer.Option(
         "--recovery-wait",
         help="MindSpore recovery: seconds before a restart (default 30, the scheduler's window)",
     ),
 ]
-
-
-# The options of `plan` and `run` that are settings (config.Settings fields of the same name).
-SETTING_OPTIONS = (
-    "nproc_per_node",
-    "per_node",
-    "keep_platform_args",
-    "nic",
-    "log_dir",
-    "tf_chief",
-    "console_ranks",
-    "grace_period",
-    "max_restarts",
-    "recovery_wait",
-)
 
 
 def _setting_options(params: "dict[str, object]") -> "dict[str, object]":
@@ -146,13 +132,15 @@ def plan(
     recovery_wait: RecoveryWaitOpt = None,
     supervise: SuperviseOpt = False,
 ) -> None:
-    """Print what `marun run` would start with these inputs (nothing is started)."""
+    """Print what `marun run` would start with these inputs (nothing is started; a name that
+    does not resolve yet is not waited for)."""
     from marun.plan.modes import plan_from_environment
     from marun.plan.render import render
 
     chosen = fmt.value if fmt else ("table" if sys.stdout.isatty() else "json")
+    settings = _setting_options(locals())
     launch_plan = plan_from_environment(
-        command or [], mode.value, config, _setting_options(locals()), all_nodes, supervise
+        command or [], mode.value, config, settings, all_nodes, supervise, dry_run=True
     )
     sys.stdout.write(render(launch_plan, chosen))
 
@@ -175,13 +163,10 @@ def run(
     supervise: SuperviseOpt = False,
 ) -> None:
     """Start this node's part of the job, supervise it, and exit with its status."""
-    from marun.plan.modes import plan_from_environment
-    from marun.runtime.execute import execute
+    from marun.runtime.start import run_node
 
-    launch_plan = plan_from_environment(
-        command or [], mode.value, config, _setting_options(locals()), False, supervise
-    )
-    raise typer.Exit(execute(launch_plan))
+    settings = _setting_options(locals())
+    raise typer.Exit(run_node(command or [], mode.value, config, supervise, settings))
 
 
 class SimMode(str, Enum):
@@ -277,9 +262,11 @@ def version() -> None:
 
 
 def _one_line(text: str) -> str:
-    """A message on one line: line breaks joined, other control characters escaped."""
-    joined = "; ".join(part.strip() for part in text.splitlines() if part.strip())
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in joined)
+    """A message on one line: line breaks joined; then as every error line (marun.errors:
+    control characters escaped, URL passwords masked, the length capped)."""
+    from marun.errors import one_line
+
+    return one_line("; ".join(part.strip() for part in text.splitlines() if part.strip()))
 
 
 def main(argv: Optional[list[str]] = None) -> None:

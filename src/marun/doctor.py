@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import stat
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from marun.errors import InputError
 from marun.inputs.injected import Platform
+from marun.inputs.numbers import is_digits
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
 
@@ -114,13 +114,12 @@ def _first_line(argv: Sequence[str]) -> str | None:
 
 
 def check_mpi_tools(platform: Platform, required: bool) -> list[Check]:
-    import shutil
-
+    from marun._files import find_executable
     from marun.mpi.planner import find_sshd
 
     missing = FAIL if required else SKIP
     checks = []
-    mpirun = shutil.which("mpirun", path=platform.env.get("PATH"))
+    mpirun = find_executable("mpirun", (), platform.env.get("PATH"))
     if mpirun:
         line = _first_line([mpirun, "--version"]) or "version unknown"
         checks.append(Check("mpirun", OK, f"{line} ({mpirun})"))
@@ -137,17 +136,10 @@ def check_mpi_tools(platform: Platform, required: bool) -> list[Check]:
 
 
 def _mode_problem(path: Path, uid: int, private: bool) -> str | None:
-    st = path.stat()
-    if st.st_uid not in (uid, 0):
-        return f"{path} is owned by uid {st.st_uid}, expected {uid} or root"
-    if private and st.st_mode & 0o077:
-        return (
-            f"{path} has mode {stat.S_IMODE(st.st_mode):04o}: ssh refuses a private key readable "
-            "by others (expected 0600)"
-        )
-    if st.st_mode & 0o022:
-        return f"{path} has mode {stat.S_IMODE(st.st_mode):04o}: writable by group or others"
-    return None
+    from marun.mpi.ssh_keys import key_mode_problem
+
+    problem = key_mode_problem(path.stat(), uid, private)
+    return f"{path}: {problem}" if problem else None
 
 
 def check_ssh_keys(platform: Platform, required: bool) -> list[Check]:
@@ -250,7 +242,7 @@ def _ports(platform: Platform, mode: str | None) -> list[tuple[str, int]]:
             ports.append(("mpi_watch_port", s.mpi_watch_port))
     if mode == "mindspore":
         port = platform.env.get("MS_SCHED_PORT", str(s.ms_sched_port))
-        if port.isdigit():
+        if is_digits(port) and len(port) <= 5:
             ports.append(("MS_SCHED_PORT", int(port)))
     return ports
 

@@ -216,8 +216,7 @@ def _mode_case(cls: str, name: str, mode: str, env: dict[str, str], extra: list[
 
 
 def _mutations(table: object) -> Iterator[tuple[str, object]]:
-    """Every leaf of a rank table replaced with odd values, every key dropped, every list
-    emptied."""
+    """Every leaf of a rank table replaced with odd values; every key dropped; lists emptied."""
 
     def walk(node: object, path: tuple[object, ...]) -> Iterator[tuple[tuple[object, ...], object]]:
         yield path, node

@@ -273,3 +273,45 @@ def test_login_step_with_a_real_sshd(sshd_on_127_0_0_2: tuple[int, Path]) -> Non
         Formation(hosts, port, _ssh(port, keys / "bad"), 3.0).run()
     assert "node 1 127.0.0.2: auth refused (" in str(info.value)
     assert "Permission denied (publickey)" in str(info.value)
+
+
+def test_hosts_not_ready_hold_up_no_one(port: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """More hosts than threads, the first ones not ready for a long while: the others are all
+    checked and ready meanwhile (no host waits behind another), on no more threads than the
+    pool holds."""
+    from marun.mpi import formation as module
+
+    monkeypatch.setattr(module, "MAX_THREADS", 8)
+    total, late = 120, range(1, 41)  # 40 late hosts: five times the threads
+    names = [f"host-{i}" for i in range(total)]
+    released = threading.Event()
+
+    def resolve(name: str) -> str:
+        i = int(name.split("-")[1])
+        if i in late and not released.is_set():
+            raise NotReady("no DNS answer (not yet)")
+        return f"127.1.{i // 250}.{i % 250 + 1}"
+
+    def formation_threads() -> int:
+        return sum(t.name.startswith("marun-formation") for t in threading.enumerate())
+
+    before = formation_threads()  # an earlier test's pool may still be winding down
+    threads_seen: list[int] = []
+
+    def watch() -> None:
+        while formation.ready_count() < total - len(late):
+            threads_seen.append(formation_threads() - before)
+            time.sleep(0.01)
+        released.set()
+
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("0.0.0.0", port))
+        server.listen(256)
+        formation = Formation(names, port, None, 20, resolve=resolve)
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        addresses = formation.run()
+    assert released.is_set()  # every host but the late ones was ready while they were not
+    assert max(threads_seen) <= 8
+    assert addresses[1] == "127.1.0.2" and len(set(addresses)) == total

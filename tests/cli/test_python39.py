@@ -25,6 +25,7 @@ PLATFORM = {
     "MA_TASK_NAME": "worker",
     "VC_WORKER_HOSTS": "127.0.0.1,127.0.0.2",
 }
+TABLE = "ascend_tutorial_1x8.json"
 CASES = {
     "pytorch": (["--", "train.py", "--init_method", "tcp://127.0.0.1:29500", "--rank", "0",
                  "--world_size", "2"], {}),
@@ -35,7 +36,7 @@ CASES = {
     # one node: a job of several needs the platform's mounted ssh key, which this test has not
     "mpi": (["--", "train.py"], {"MA_NUM_HOSTS": "1", "VC_WORKER_HOSTS": "127.0.0.1"}),
     "ascend": (["--", "train.py"], {"MA_NUM_HOSTS": "1", "RANK_ID": "3",
-                                    "RANK_TABLE_FILE": str(DATA / "ranktables" / "seed002.json")}),
+                                    "RANK_TABLE_FILE": str(DATA / "ranktables" / TABLE)}),
 }  # fmt: skip
 
 

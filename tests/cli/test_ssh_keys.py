@@ -105,9 +105,9 @@ def test_write_authorized_keys(tmp_path: Path) -> None:
     assert _mode(target) == 0o600
 
 
-def test_make_private_dir(tmp_path: Path) -> None:
+def test_private_run_dir(tmp_path: Path) -> None:
+    from marun._files import private_dir as make_private_dir
     from marun.errors import InputError
-    from marun.mpi.ssh_keys import make_private_dir
 
     fresh = tmp_path / "a" / "b"
     make_private_dir(str(fresh))

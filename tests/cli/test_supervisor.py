@@ -518,8 +518,8 @@ def test_the_executor_execs_a_hand_built_lone_plan(tmp_path: Path) -> None:
     [
         (["--console-ranks", "0,x y"], {}, "console_ranks='0,x y'"),
         (["--console-ranks", "3-1"], {}, "console_ranks='3-1'"),
-        (["--max-restarts", "-1"], {}, "max_restarts=-1"),
-        ([], {"MARUN_GRACE_PERIOD": "-5"}, "grace_period=-5.0"),
+        (["--max-restarts", "-1"], {}, "--max-restarts='-1'"),
+        ([], {"MARUN_GRACE_PERIOD": "-5"}, "MARUN_GRACE_PERIOD='-5'"),
         ([], {"MARUN_GRACE_PERIOD": "soon"}, "MARUN_GRACE_PERIOD='soon'"),
     ],
 )

@@ -227,7 +227,6 @@ def test_mpi_run_shows_no_secret_on_any_host(tmp_path: Path) -> None:
     }
     env_values = list(SECRET_ENV.values())
     with NetnsCluster(2, job=JOB, task="worker", workdir=workdir) as cluster:
-        cluster.start()
         job = MpiJob(cluster, volcano_ssh_secret(tmp_path / "ssh", 0o600), python, env=env)
         job.start(script, hosts=range(2))
         job.wait_for(0, r"secrets received: \d+/\d+", 4)

@@ -1,4 +1,5 @@
-"""Finding the platform's appended arguments (seed 004) and leaving the user's alone."""
+"""Finding the platform's appended arguments (docs/platform-contract.md) and leaving the user's
+alone."""
 
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ TF_VALUES = {"task_index": "1", "ps_hosts": PS, "worker_hosts": WORKERS, "job_na
 CASES = [
     ("nothing-appended", ["train.py", "--lr", "0.1"], [], {}),
     ("script-only", ["train.py"], [], {}),
-    # Seed 004, PyTorch-GPU, one node: --init_method only.
+    # PyTorch-GPU, one node: --init_method only.
     ("pytorch-one-node", ["train.py"], ["--init_method", INIT], {"init_method": INIT}),
-    # Seed 004, PyTorch-GPU, several nodes: node rank and node count.
+    # PyTorch-GPU, several nodes: node rank and node count.
     (
         "pytorch-nodes",
         ["train.py", "--epochs", "3"],
@@ -35,7 +36,7 @@ CASES = [
         [f"--init_method={INIT}", "--rank=0", "--world_size=2"],
         {"init_method": INIT, "rank": "0", "world_size": "2"},
     ),
-    # Seed 004, TensorFlow-GPU, several nodes: all four flags.
+    # TensorFlow-GPU, several nodes: all four flags.
     ("tensorflow", ["train.py", "--steps", "9"], TF_WORDS, TF_VALUES),
     (
         "tensorflow-worker-only",

@@ -34,8 +34,9 @@ def test_version_option_and_command_agree() -> None:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["plan", "--nproc-per-node", "x"], "Invalid value for '--nproc-per-node': 'x'"),
-        (["run", "--grace-period", "soon"], "Invalid value for '--grace-period'"),
+        # Number options are read by marun's own parser, as the same settings from a file are.
+        (["plan", "--nproc-per-node", "x"], "--nproc-per-node='x': expected an integer from 1"),
+        (["run", "--grace-period", "soon"], "--grace-period='soon': expected a number of seconds"),
         (["nosuch"], "No such command 'nosuch'"),
         (["plan", "--format", "xml"], "Invalid value for '--format'"),
         (["run", "--mode"], "Option '--mode' requires an argument"),

@@ -57,7 +57,7 @@ def test_types(tmp_path: Path) -> None:
         ("sshd_port: 22\nbogus: 1\n", {}, "unknown key 'bogus'"),
         ("sshd_port: [1, 2\n", {}, "not valid YAML"),
         ("- a\n- b\n", {}, "expected a mapping"),
-        ("sshd_port: abc\n", {}, "sshd_port='abc': expected a value of type int"),
+        ("sshd_port: abc\n", {}, "sshd_port='abc': expected an integer from 1 to 65535"),
         ("per_node: maybe\n", {}, "per_node='maybe'"),
         ("", {"MARUN_GRACE_PERIOD": "soon"}, "MARUN_GRACE_PERIOD='soon'"),
     ],

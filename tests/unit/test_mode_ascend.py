@@ -70,14 +70,15 @@ def _proc(
 
 
 def test_auto_mode_picks_ascend_from_the_rank_table(script: Path) -> None:
-    table = TABLES / "seed002.json"
+    table = TABLES / "ascend_tutorial_1x8.json"
     plan = _plan(script, {"RANK_TABLE_FILE": str(table), "RANK_ID": "0"})
     assert plan["mode"] == "ascend"
 
 
 def test_per_device_seed_002(script: Path) -> None:
-    """Seed 002's 8-card server as the platform runs it: one start per device; this is rank 3."""
-    table = TABLES / "seed002.json"
+    """The tutorial's 8-card server as the platform runs it: one start per device; this is rank
+    3."""
+    table = TABLES / "ascend_tutorial_1x8.json"
     workdir = script.parent.resolve()
     env = {"RANK_TABLE_FILE": str(table), "RANK_ID": "3", "RANK_SIZE": "8", "ASCEND_DEVICE_ID": "3"}
     assert _plan(script, env, "--mode", "ascend") == {
@@ -227,7 +228,7 @@ WHICH_SERVER = [
     ("server_list_2x2.json", {"MA_CURRENT_IP": "192.0.2.12"}, 1),
     ("superpod_1_2.json", {"MA_CURRENT_HOST_IP": "198.51.100.2"}, 1),
     ("loopback", {}, 1),  # an interface of this machine holds the server's address
-    ("seed002.json", {}, 0),  # a single server
+    ("ascend_tutorial_1x8.json", {}, 0),  # a single server
 ]
 
 
@@ -251,7 +252,7 @@ def test_hccl_socket_ifname_from_the_interface_holding_the_server_address(script
 
 
 def test_hccl_socket_ifname_from_the_configured_nic(script: Path) -> None:
-    env = {"RANK_TABLE_FILE": str(TABLES / "seed002.json"), "RANK_ID": "0"}
+    env = {"RANK_TABLE_FILE": str(TABLES / "ascend_tutorial_1x8.json"), "RANK_ID": "0"}
     plan = _plan(script, env, "--nic", "lo")
     assert plan["nodes"][0]["processes"][0]["env"]["HCCL_SOCKET_IFNAME"] == "lo"
     assert plan["notes"] == []
@@ -272,14 +273,14 @@ def test_the_user_s_hccl_settings_are_left_alone(script: Path) -> None:
 
 
 def test_relative_rank_table_path_becomes_absolute(script: Path) -> None:
-    (script.parent / "rt.json").write_text((TABLES / "seed002.json").read_text())
+    (script.parent / "rt.json").write_text((TABLES / "ascend_tutorial_1x8.json").read_text())
     plan = _plan(script, {"RANK_TABLE_FILE": "rt.json", "RANK_ID": "0"})
     env = plan["nodes"][0]["processes"][0]["env"]
     assert env["RANK_TABLE_FILE"] == str(script.parent.resolve() / "rt.json")
 
 
 # (id, env besides a valid RANK_TABLE_FILE unless given, options, what stderr says)
-SEED = str(TABLES / "seed002.json")
+TUTORIAL = str(TABLES / "ascend_tutorial_1x8.json")
 TWO = str(TABLES / "server_list_2x8.json")
 BAD_INPUT = [
     ("table-unset", {"RANK_TABLE_FILE": "", "RANK_ID": "0"}, [], "RANK_TABLE_FILE is not set"),
@@ -289,24 +290,24 @@ BAD_INPUT = [
         [],
         "RANK_TABLE_FILE='nowhere.json': expected an existing rank table file",
     ),
-    ("rank-unset", {"RANK_TABLE_FILE": SEED}, [], "RANK_ID is not set"),
+    ("rank-unset", {"RANK_TABLE_FILE": TUTORIAL}, [], "RANK_ID is not set"),
     (
         "rank-out-of-range",
-        {"RANK_TABLE_FILE": SEED, "RANK_ID": "8"},
+        {"RANK_TABLE_FILE": TUTORIAL, "RANK_ID": "8"},
         [],
-        f"RANK_ID='8': expected an integer from 0 to 7 (rank table {SEED} has 8 ranks)",
+        f"RANK_ID='8': expected an integer from 0 to 7 (rank table {TUTORIAL} has 8 ranks)",
     ),
     (
         "rank-not-integer",
-        {"RANK_TABLE_FILE": SEED, "RANK_ID": "one"},
+        {"RANK_TABLE_FILE": TUTORIAL, "RANK_ID": "one"},
         [],
         "RANK_ID='one': expected an integer from 0 to 7",
     ),
     (
         "rank-size-disagrees",
-        {"RANK_TABLE_FILE": SEED, "RANK_ID": "0", "RANK_SIZE": "16"},
+        {"RANK_TABLE_FILE": TUTORIAL, "RANK_ID": "0", "RANK_SIZE": "16"},
         [],
-        f"RANK_SIZE='16': expected 8, the number of ranks in rank table {SEED}",
+        f"RANK_SIZE='16': expected 8, the number of ranks in rank table {TUTORIAL}",
     ),
     (
         "num-hosts-disagrees",

@@ -1,6 +1,7 @@
 """The `mindspore` mode: a MindSpore dynamic cluster planned from the node variables or from an
-Ascend rank table, checked against the launch scripts in MindSpore's own tutorials (seed 003), the
-exact env of every process through the real CLI, and every bad input through the real CLI.
+Ascend rank table, checked against hand-written launch scripts as MindSpore's tutorials write
+them (tests/data/mindspore_launch), the exact env of every process through the real CLI, and
+every bad input through the real CLI.
 
 Nothing here needs MindSpore or an NPU: these are plans (the run is tested end to end elsewhere).
 Host names are resolved for real: `localhost` through /etc/hosts, and names under `.invalid`,
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conftest import SEEDS, run_marun
+from conftest import DATA, run_marun
 from marun.inputs.injected import read_platform
 from marun.inputs.settings import Settings
 from marun.plan.launch_plan import LaunchPlan, ProcessSpec
@@ -48,20 +49,18 @@ def _by_log(launch: LaunchPlan) -> dict[str, ProcessSpec]:
     return {Path(p.log).name: p for node in launch.nodes for p in node.processes}
 
 
-# -- MindSpore's own launch scripts (seed 003), run in miniature ---------------------------------
+# -- MindSpore's hand-written launch scripts, run in miniature ------------------------------------
 
 _EXPORT = re.compile(r"^export (\w+)=(.*?)\s*(?:#.*)?$")
 _LOOP = re.compile(r"^for\(\(i=(\d+);i<(\d+);i\+\+\)\);?$")
 _START = re.compile(r"^(?:python|pytest)\b.*>\s*(\S+)\s+2>&1")
 
 
-def _seed_scripts() -> list[str]:
-    text = next(SEEDS.glob("003_*.txt")).read_text()
-    return re.findall(r"```bash\n(.*?)```", text, re.S)
+LAUNCH_SCRIPTS = DATA / "mindspore_launch"
 
 
-def _run_seed_script(script: str) -> dict[str, dict[str, str]]:
-    """What a seed's launch script starts: the log file of each process -> the MS_* variables
+def _run_launch_script(name: str) -> dict[str, dict[str, str]]:
+    """What a launch script starts: the log file of each process -> the MS_* variables
     exported when it starts. A loop's exports stay in the loop: that is the tutorials' intent
     (in bash they leak, so the scheduler started after the workers' loop gets MS_NODE_ID=7)."""
     env: dict[str, str] = {}
@@ -75,6 +74,7 @@ def _run_seed_script(script: str) -> dict[str, dict[str, str]]:
         if start:
             started[Path(start[1]).name] = {k: v for k, v in env.items() if k.startswith("MS_")}
 
+    script = (LAUNCH_SCRIPTS / name).read_text(encoding="utf-8")
     lines = [line.strip() for line in script.splitlines()]
     k = 0
     while k < len(lines):
@@ -92,56 +92,50 @@ def _run_seed_script(script: str) -> dict[str, dict[str, str]]:
     return started
 
 
-def _seed(predicate: str, *more: str) -> str:
-    found = [s for s in _seed_scripts() if predicate in s and all(m in s for m in more)]
-    assert len(found) == 1, f"seed 003 has {len(found)} scripts with {predicate!r} {more}"
-    return found[0]
-
-
 NODE0 = "192.0.2.11"
 NODE1 = "192.0.2.12"
 TWO_NODES = {"MA_NUM_HOSTS": "2", "MA_NUM_GPUS": "4", "VC_WORKER_HOSTS": f"{NODE0},{NODE1}"}
 RECOVERY = {"MS_ENABLE_RECOVERY": "1", "MS_RECOVERY_PATH": "/path/to/recovery/"}
 
-# (id, the seed script, what the platform gives marun for the same job)
-SEED_CASES = [
+# (id, the launch script, what the platform gives marun for the same job)
+LAUNCH_CASES = [
+    ("one machine, 8 workers", "one_node_8_workers.sh", {"MA_NUM_GPUS": "8"}),
     (
-        "one machine, 8 workers",
-        lambda: _seed("for((i=0;i<8;i++))", "MS_SCHED_HOST=127.0.0.1", "MS_NODE_ID=$i "),
-        {"MA_NUM_GPUS": "8"},
-    ),
-    (
-        "two machines, node 1 of the tutorial (scheduler + workers 0-3)",
-        lambda: _seed("for((i=0;i<4;i++))", "<node_1 ip address>"),
+        "two machines, the first (scheduler + workers 0-3)",
+        "two_nodes_node0.sh",
         {**TWO_NODES, "VC_TASK_INDEX": "0"},
     ),
     (
-        "two machines, node 2 of the tutorial (workers 4-7)",
-        lambda: _seed("for((i=4;i<8;i++))"),
+        "two machines, the second (workers 4-7)",
+        "two_nodes_node1.sh",
         {**TWO_NODES, "VC_TASK_INDEX": "1"},
     ),
     (
         "one machine, 8 workers, disaster recovery",
-        lambda: _seed("for((i=0;i<8;i++))", "MS_ENABLE_RECOVERY=1"),
+        "one_node_8_workers_recovery.sh",
         {"MA_NUM_GPUS": "8", **RECOVERY},
     ),
 ]
 
 
+def test_every_launch_script_is_checked() -> None:
+    assert sorted(c[1] for c in LAUNCH_CASES) == sorted(p.name for p in LAUNCH_SCRIPTS.glob("*.sh"))
+
+
 @pytest.mark.parametrize(
-    ("script", "env"), [c[1:] for c in SEED_CASES], ids=[c[0] for c in SEED_CASES]
+    ("script", "env"), [c[1:] for c in LAUNCH_CASES], ids=[c[0] for c in LAUNCH_CASES]
 )
-def test_seed_layouts(tmp_path: Path, script: Any, env: dict[str, str]) -> None:
+def test_launch_script_layouts(tmp_path: Path, script: str, env: dict[str, str]) -> None:
     (tmp_path / "train.py").write_text("")
-    seed = _run_seed_script(script())
+    started = _run_launch_script(script)
     ours = _by_log(_plan(env, tmp_path))
-    # msrun's log names are the tutorial's: the same processes, named alike.
-    assert sorted(ours) == sorted(seed)
-    for log, seed_env in seed.items():
+    # msrun's log names are the tutorials': the same processes, named alike.
+    assert sorted(ours) == sorted(started)
+    for log, script_env in started.items():
         proc = ours[log]
-        expected = {k: v.replace("<node_1 ip address>", NODE0) for k, v in seed_env.items()}
+        expected = {k: v.replace("$NODE0_IP", NODE0) for k, v in script_env.items()}
         if expected.get("MS_NODE_ID", "").startswith("worker_"):
-            # The recovery tutorial names workers worker_<i>; marun gives the rank itself, which
+            # The recovery script names workers worker_<i>; marun gives the rank itself, which
             # is as stable and also pins the rank (msrun does the same).
             expected["MS_NODE_ID"] = expected["MS_NODE_ID"].removeprefix("worker_")
         assert {k: proc.env[k] for k in expected} == expected, log
@@ -313,6 +307,39 @@ def test_all_nodes_keeps_an_unresolvable_name_with_a_note(script: Path) -> None:
     assert {p["env"]["MS_SCHED_HOST"] for n in data["nodes"] for p in n["processes"]} == {name}
     (note,) = data["notes"]
     assert name in note and "resolves it" in note
+
+
+def test_dry_run_of_another_node_never_waits_for_node_0s_name(script: Path) -> None:
+    """`marun plan` on node 1 outside the cluster: the plan at once, the name kept, a note."""
+    env = {"MA_NUM_HOSTS": "2", "MA_NUM_GPUS": "2", "VC_TASK_INDEX": "1", **UNRESOLVABLE}
+    data = _cli_plan(script.parent, env, "--nic", "lo")  # resolve_timeout stays 300 s
+    name = "job.invalid-worker-0.job.invalid"
+    assert [n["index"] for n in data["nodes"]] == [1]
+    assert {p["env"]["MS_SCHED_HOST"] for p in data["nodes"][0]["processes"]} == {name}
+    (note,) = data["notes"]
+    assert name in note and "does not wait" in note
+
+
+def test_run_waits_for_node_0s_name_then_exit_2(script: Path) -> None:
+    """`marun run` keeps the bounded wait, and ends with one line when the name never comes."""
+    env = {
+        "MA_NUM_HOSTS": "2",
+        "MA_NUM_GPUS": "2",
+        "VC_TASK_INDEX": "1",
+        **UNRESOLVABLE,
+        "MARUN_RESOLVE_TIMEOUT": "0.2",
+    }
+    before = sorted(script.parent.rglob("*"))
+    res = run_marun(
+        ["run", "--mode", "mindspore", "--nic", "lo", "--", script.name], env, script.parent
+    )
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "MS_SCHED_HOST: node 0's host 'job.invalid-worker-0.job.invalid' did not resolve" in (
+        res.stderr
+    )
+    assert res.stdout == ""
+    assert sorted(script.parent.rglob("*")) == before
 
 
 def test_engine_variables_from_env_and_settings(tmp_path: Path) -> None:
@@ -492,8 +519,40 @@ BAD_INPUTS = [
     ({"MS_ENABLE_RECOVERY": "1"}, "MS_RECOVERY_PATH=None: expected a directory"),
     ({"MS_ENABLE_RECOVERY": "1", "MS_RECOVERY_PATH": " "}, "MS_RECOVERY_PATH=' ': expected"),
     ({"MS_ENABLE_RECOVERY": "yes"}, "MS_ENABLE_RECOVERY='yes': expected 1 (on) or 0 (off)"),
-    ({"MS_SCHED_PORT": "80"}, "MS_SCHED_PORT='80': expected a port number from 1024 to 65535"),
-    ({"MARUN_MS_SCHED_PORT": "70000"}, "ms_sched_port=70000: expected a port number"),
+    ({"MS_SCHED_PORT": "80"}, "MS_SCHED_PORT='80': expected an integer from 1024 to 65535"),
+    (
+        {"MARUN_MS_SCHED_PORT": "70000"},
+        "MARUN_MS_SCHED_PORT='70000': expected an integer from 1024",
+    ),
+    ({"MS_SCHED_PORT": "²"}, "MS_SCHED_PORT='²': expected an integer from 1024 to 65535"),
+    ({"MS_TOPO_TIMEOUT": "-5"}, "MS_TOPO_TIMEOUT='-5': expected an integer from 1 to"),
+    ({"MS_TOPO_TIMEOUT": "0"}, "MS_TOPO_TIMEOUT='0': expected an integer from 1 to"),
+    ({"MS_TOPO_TIMEOUT": "nan"}, "MS_TOPO_TIMEOUT='nan': expected an integer from 1 to"),
+    ({"MARUN_MS_TOPO_TIMEOUT": "-5"}, "MARUN_MS_TOPO_TIMEOUT='-5': expected an integer from 1"),
+    (
+        {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "0", "VC_WORKER_HOSTS": f"a;b,{NODE1}"},
+        "VC_WORKER_HOSTS entry='a;b': expected a host name",
+    ),
+    (
+        {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "0", "VC_WORKER_HOSTS": f"-oProxyCommand=x,{NODE1}"},
+        "VC_WORKER_HOSTS entry='-oProxyCommand=x': expected a host name",
+    ),
+    (
+        {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "0", "VC_WORKER_HOSTS": f"a..b,{NODE1}"},
+        "VC_WORKER_HOSTS entry='a..b': expected a host name",
+    ),
+    (
+        {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "0", "VC_WORKER_HOSTS": "x" * 64 + f".job,{NODE1}"},
+        "VC_WORKER_HOSTS entry='" + "x" * 64 + ".job': expected a host name",
+    ),
+    (
+        {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "0", "MA_VJ_NAME": "job;rm", "VC_WORKER_HOSTS": ""},
+        "VC_WORKER_HOSTS='': expected",
+    ),
+    (
+        {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "1", "MA_VJ_NAME": "a..b"},
+        "host name='a..b-worker-0.a..b': expected a host name",
+    ),
     ({"MS_TOPO_TIMEOUT": "soon"}, "MS_TOPO_TIMEOUT='soon': expected an integer"),
     (
         {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "0", "VC_WORKER_HOSTS": ""},
@@ -514,10 +573,6 @@ BAD_INPUTS = [
     (
         {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "1", "VC_WORKER_HOSTS": f"fe80::1,{NODE1}"},
         "node 0's host='fe80::1': expected an IPv4 address or a host name",
-    ),
-    (
-        {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "1", **UNRESOLVABLE, "MARUN_RESOLVE_TIMEOUT": "0.2"},
-        "MS_SCHED_HOST: node 0's host 'job.invalid-worker-0.job.invalid' did not resolve",
     ),
     ({"RANK_TABLE_FILE": "missing.json"}, "RANK_TABLE_FILE='missing.json': expected an existing"),
     ({"RANK_TABLE_FILE": "t.json", "RANK_SIZE": "8"}, "RANK_SIZE='8': expected 4"),

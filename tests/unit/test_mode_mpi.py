@@ -116,7 +116,7 @@ def mpirun_of(leader: list[str]) -> list[str]:
 def expected_mpirun(
     job: Path, np: int, key: str, forwarded: list[str], *, tail: tuple[str, ...] = ()
 ) -> list[str]:
-    """mpirun's argv as PLATFORM.md/ANCHORS.md give it, written out flag by flag."""
+    """mpirun's argv as docs/platform-contract.md and docs/mpi.md give it, flag by flag."""
     run = job / "run" / JOB
     return [
         "mpirun",
@@ -435,9 +435,11 @@ def _bad(job: Path, env: Mapping[str, str], *command: str) -> subprocess.Complet
 BAD = [
     pytest.param({"VC_WORKER_HOSTS": ""}, "VC_WORKER_HOSTS=''", id="empty-host-list"),
     pytest.param({"VC_WORKER_HOSTS": "a,b"}, "MA_NUM_HOSTS=3", id="host-count-mismatch"),
-    pytest.param({"VC_WORKER_HOSTS": "a b,c,d"}, "host of node 0='a b'", id="host-with-space"),
-    pytest.param({"MARUN_SSHD_PORT": "0"}, "sshd_port=0", id="port-0"),
-    pytest.param({"MARUN_SSHD_PORT": "65536"}, "sshd_port=65536", id="port-too-big"),
+    pytest.param(
+        {"VC_WORKER_HOSTS": "a b,c,d"}, "VC_WORKER_HOSTS entry='a b'", id="host-with-space"
+    ),
+    pytest.param({"MARUN_SSHD_PORT": "0"}, "MARUN_SSHD_PORT='0'", id="port-0"),
+    pytest.param({"MARUN_SSHD_PORT": "65536"}, "MARUN_SSHD_PORT='65536'", id="port-too-big"),
     pytest.param({"MARUN_SSHD_PORT": "ssh"}, "MARUN_SSHD_PORT='ssh'", id="port-not-a-number"),
     pytest.param({"MARUN_MPIRUN_EXTRA_ARGS": "-np 4"}, "no -np", id="extra-np"),
     pytest.param({"MARUN_MPIRUN_EXTRA_ARGS": "--hostfile h"}, "no --hostfile", id="extra-hosts"),
@@ -454,15 +456,17 @@ BAD = [
     pytest.param({"MARUN_RUN_DIR": "/tmp/a b"}, "run_dir='/tmp/a b'", id="run-dir-space"),
     pytest.param({"MARUN_NIC": "nosuchnic0"}, "nic='nosuchnic0'", id="nic"),
     pytest.param({"VC_TASK_INDEX": "3"}, "VC_TASK_INDEX='3'", id="index-out-of-range"),
-    pytest.param({"MARUN_MPI_WATCH_PORT": "0"}, "mpi_watch_port=0", id="watch-port-0"),
+    pytest.param({"MARUN_MPI_WATCH_PORT": "0"}, "MARUN_MPI_WATCH_PORT='0'", id="watch-port-0"),
     pytest.param(
         {"MARUN_MPI_WATCH_PORT": "36666"},
         "mpi_watch_port=36666: expected a port other than sshd_port=36666",
         id="watch-port-is-sshd-port",
     ),
     pytest.param({"MARUN_FORMATION_TIMEOUT": "0"}, "formation_timeout=0.0", id="formation-0"),
-    pytest.param({"MARUN_FORMATION_TIMEOUT": "inf"}, "formation_timeout=inf", id="formation-inf"),
-    pytest.param({"MARUN_PEER_TIMEOUT": "-1"}, "peer_timeout=-1.0", id="peer-negative"),
+    pytest.param(
+        {"MARUN_FORMATION_TIMEOUT": "inf"}, "MARUN_FORMATION_TIMEOUT='inf'", id="formation-inf"
+    ),
+    pytest.param({"MARUN_PEER_TIMEOUT": "-1"}, "MARUN_PEER_TIMEOUT='-1'", id="peer-negative"),
     pytest.param({"MARUN_PEER_TIMEOUT": "soon"}, "MARUN_PEER_TIMEOUT='soon'", id="peer-word"),
 ]
 
@@ -512,11 +516,14 @@ def test_non_root_plan(tmp_path: Path) -> None:
     assert f"AuthorizedKeysFile {ssh}/authorized_keys " in plan.nodes[1].files[0].content
 
 
-def test_find_sshd() -> None:
+def test_find_sshd(tmp_path: Path) -> None:
     from marun.mpi.planner import find_sshd
 
-    assert find_sshd("/nonexistent", fallbacks=()) is None
-    assert find_sshd("/nonexistent", fallbacks=(sys.executable,)) == sys.executable
+    assert find_sshd("/nonexistent", extra_dirs=()) is None
+    sshd = tmp_path / "sshd"
+    sshd.write_text("#!/bin/sh\n")
+    sshd.chmod(0o755)
+    assert find_sshd("/nonexistent", extra_dirs=(str(sshd.parent),)) == str(sshd)
     if shutil.which("sshd"):
         assert find_sshd(os.environ["PATH"]) == shutil.which("sshd")
 

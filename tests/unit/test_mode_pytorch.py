@@ -1,4 +1,4 @@
-"""`pytorch` mode: the platform's appended --init_method/--rank/--world_size (seed 004) turned into
+"""`pytorch` mode: the platform's appended --init_method/--rank/--world_size turned into
 torchrun's per-process environment. Plans only: nothing here needs torch or a GPU."""
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def test_this_node_only(script: Path) -> None:
 
 
 def test_one_node_init_method_only(script: Path) -> None:
-    """Seed 004, one node: only --init_method is appended; rank 0 of a world of one node."""
+    """One node: the platform appends --init_method only; rank 0 of a world of one node."""
     data = plan(script, ["--init_method", INIT])
     (node,) = data["nodes"]
     (proc,) = node["processes"]
@@ -305,6 +305,51 @@ BAD = [
     ("gpus-text", ["--init_method", INIT], {"MA_NUM_GPUS": "x"}, [], ["MA_NUM_GPUS", "'x'"]),
     ("nproc-zero", ["--init_method", INIT], {}, ["--nproc-per-node", "0"], ["--nproc-per-node"]),
     ("nic-missing", ["--init_method", INIT], {}, ["--nic", "nosuch0"], ["nic", "'nosuch0'"]),
+    # Digits that are not ASCII digits: `'²'.isdigit()` is true and int('²') raises.
+    ("port-superscript", ["--init_method", "tcp://h:²"], {}, [], ["--init_method", "h:²"]),
+    (
+        "rank-superscript",
+        ["--init_method", INIT, "--rank", "¹", "--world_size", "2"],
+        {},
+        [],
+        ["--rank", "'¹'"],
+    ),
+    # The host becomes MASTER_ADDR: a host name or an address, nothing else.
+    ("host-two-ports", ["--init_method", "tcp://h:1:2"], {}, [], ["--init_method", "h:1:2"]),
+    ("host-semicolon", ["--init_method", "tcp://a;b:1"], {}, [], ["--init_method", "a;b:1"]),
+    ("host-option", ["--init_method", "tcp://-oProxyCommand=x:1"], {}, [], ["-oProxyCommand"]),
+    ("host-newline", ["--init_method", "tcp://a\nb:1"], {}, [], ["'tcp://a\\nb:1'"]),
+    ("host-empty-label", ["--init_method", "tcp://a..b:1"], {}, [], ["a..b"]),
+    ("host-long-label", ["--init_method", f"tcp://{'x' * 64}.b:1"], {}, [], ["--init_method"]),
+    (
+        "world-huge",
+        ["--init_method", INIT, "--rank", "0", "--world_size", "9" * 20],
+        {},
+        [],
+        ["--world_size", "from 1 to 100000"],
+    ),
+    (
+        "nproc-huge",
+        ["--init_method", INIT],
+        {},
+        ["--nproc-per-node", "9" * 20],
+        ["--nproc-per-node", "from 1 to 1024"],
+    ),
+    (
+        "gpus-huge",
+        ["--init_method", INIT],
+        {"MA_NUM_GPUS": "100000000"},
+        [],
+        ["MA_NUM_GPUS", "from 0 to 1024"],
+    ),
+    (
+        "hosts-huge",
+        ["--init_method", INIT],
+        {"MA_NUM_HOSTS": "100000000"},
+        [],
+        ["MA_NUM_HOSTS", "from 1 to 100000"],
+    ),
+    ("hosts-float", ["--init_method", INIT], {"MA_NUM_HOSTS": "1e8"}, [], ["MA_NUM_HOSTS='1e8'"]),
 ]
 
 
@@ -332,9 +377,30 @@ def test_bad_input(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]
 
 
+def test_password_in_init_method_stays_out_of_the_error(script: Path) -> None:
+    res = run_marun(
+        ["plan", "--", script.name, "--init_method", "tcp://user:s3cret@h:1"], cwd=script.parent
+    )
+    assert res.returncode == 2
+    assert "--init_method" in res.stderr and "user:***@h:1" in res.stderr
+    assert "s3cret" not in res.stderr
+
+
 def test_plan_reports_bad_input_as_run_does(script: Path) -> None:
     args = ["--", script.name, "--init_method", "tcp://h:0"]
     planned = run_marun(["plan", *args], cwd=script.parent)
     ran = run_marun(["run", *args], cwd=script.parent)
     assert planned.returncode == ran.returncode == 2
     assert planned.stderr == ran.stderr
+
+
+def test_rank_must_agree_with_the_platforms_task_index(script: Path) -> None:
+    args = ["plan", "--mode", "pytorch", "--", script.name]
+    init = ["--init_method", "tcp://10.0.0.1:29500", "--rank", "1", "--world_size", "2"]
+    env = {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "0"}
+    res = run_marun([*args, *init], env=env, cwd=script.parent)
+    assert res.returncode == 2
+    assert res.stderr.count("\n") == 1
+    assert "--rank='1' but VC_TASK_INDEX='0'" in res.stderr
+    ok = run_marun([*args, *init], env={**env, "VC_TASK_INDEX": "1"}, cwd=script.parent)
+    assert ok.returncode == 0, ok.stderr

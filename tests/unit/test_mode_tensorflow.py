@@ -1,5 +1,5 @@
 """`tensorflow` mode: the platform's appended --task_index/--ps_hosts/--worker_hosts/--job_name
-(seed 004) turned into TF_CONFIG. Plans only: nothing here needs TensorFlow."""
+(docs/platform-contract.md) turned into TF_CONFIG. Plans only: nothing here needs TensorFlow."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from marun.inputs.tf_hosts import parse_host_list
 
 PS = ("job-ps-0.job:5000", "job-ps-1.job:5001")
 WORKERS = ("job-worker-0.job:6000", "job-worker-1.job:6001", "job-worker-2.job:6002")
-PS_ARG = "[" + ",".join(PS) + "]"  # seed 004's form
+PS_ARG = "[" + ",".join(PS) + "]"  # the platform's form
 WORKERS_ARG = "[" + ",".join(WORKERS) + "]"
 
 
@@ -142,7 +142,7 @@ def test_all_nodes_with_chief_and_evaluator(script: Path) -> None:
 
 
 def test_one_node_nothing_appended(script: Path) -> None:
-    """Seed 004, one node: one container, nothing appended: one process, no TF_CONFIG."""
+    """One node: one container, nothing appended: one process, no TF_CONFIG."""
     data = plan(script, [], {"MA_NUM_HOSTS": "1"}, ("--mode", "tensorflow"), ("--steps", "3"))
     proc = only_process(data)
     assert proc["env"] == {}
@@ -312,3 +312,21 @@ def test_bad_input(
     for word in expected:
         assert word in res.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]
+
+
+@pytest.mark.parametrize("var", ["VC_TASK_INDEX", "MA_TASK_INDEX"])
+def test_task_index_must_agree_with_the_platforms_index(var: str, script: Path) -> None:
+    res = run_marun(
+        ["plan", "--mode", "tensorflow", "--", script.name, *appended("worker", 1)],
+        env={var: "0"},
+        cwd=script.parent,
+    )
+    assert res.returncode == 2
+    assert res.stderr.count("\n") == 1
+    assert f"--task_index='1' but {var}='0'" in res.stderr
+    ok = run_marun(
+        ["plan", "--mode", "tensorflow", "--", script.name, *appended("worker", 1)],
+        env={var: "1"},
+        cwd=script.parent,
+    )
+    assert ok.returncode == 0, ok.stderr

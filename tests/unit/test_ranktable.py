@@ -51,9 +51,9 @@ SEED_IPS = [f"192.{1 + i % 4}.27.{6 + i // 4}" for i in range(8)]
 # (file, format, rank_size, expected layout)
 VALID = [
     (
-        # Seed 002: 8 one-device instances on one server form one 8-device server; its
-        # server_id is the tutorial's placeholder, not an address.
-        "seed002.json",
+        # The HCCL tutorial's table: 8 one-device instances on one server form one 8-device
+        # server; its server_id is the tutorial's placeholder, not an address.
+        "ascend_tutorial_1x8.json",
         "group_list",
         8,
         [("10.*.*.*", None, [(i, i, SEED_IPS[i]) for i in range(8)], ())],
@@ -126,9 +126,9 @@ def test_valid_tables(name: str, fmt: str, size: int, layout: list[Any]) -> None
             assert table.device_of_rank(device.rank) == (server_index, device)
 
 
-def test_seed_002_fixed_copy_differs_from_the_seed_only_by_its_trailing_comma() -> None:
-    verbatim = (TABLES / "seed002_verbatim.json").read_text()
-    fixed = (TABLES / "seed002.json").read_text()
+def test_tutorial_fixed_copy_differs_from_the_tutorial_only_by_its_trailing_comma() -> None:
+    verbatim = (TABLES / "ascend_tutorial_1x8_verbatim.json").read_text()
+    fixed = (TABLES / "ascend_tutorial_1x8.json").read_text()
     assert verbatim.replace('"10.*.*.*"}, ]', '"10.*.*.*"} ]') == fixed
 
 
@@ -200,8 +200,8 @@ def _duplicate_server(data: dict[str, Any]) -> None:
 # (id, table text, what stderr must say besides the file's path)
 BAD: list[tuple[str, str, list[str]]] = [
     (
-        "seed-002-verbatim",  # the tutorial's own example has a trailing comma
-        (TABLES / "seed002_verbatim.json").read_text(),
+        "tutorial-verbatim",  # the tutorial's own example has a trailing comma
+        (TABLES / "ascend_tutorial_1x8_verbatim.json").read_text(),
         ["not valid JSON", "line 1 column 1003"],
     ),
     ("empty", "", ["empty"]),
@@ -350,7 +350,7 @@ def _later(delay: float, action: Callable[[], None]) -> threading.Thread:
 def test_initializing_table_is_waited_for_until_completed(script: Path) -> None:
     table = script.parent / "rank_table.json"
     table.write_text(_initializing())
-    completed = (TABLES / "seed002.json").read_text()
+    completed = (TABLES / "ascend_tutorial_1x8.json").read_text()
     writer = _later(1.0, lambda: _replace(table, completed))
     res = run_marun(
         ["plan", "--mode", "ascend", "--format", "json", "--", script.name],

@@ -2,9 +2,9 @@
 
 ModelArts appends `--init_method tcp://IP:PORT [--rank N --world_size M]` for PyTorch-GPU and
 `--task_index I --ps_hosts [..] --worker_hosts [..] --job_name J` for TensorFlow-GPU after the
-user's own arguments (seed 004). They are recognised only as a trailing run of one engine's
-flags (`--flag value` or `--flag=value`, each once) that holds the flag the platform always
-appends for that engine:
+user's own arguments (docs/platform-contract.md). They are recognised only as a trailing run of
+one engine's flags (`--flag value` or `--flag=value`, each once) that holds the flag the
+platform always appends for that engine:
 - PyTorch: the run starts with `--init_method` (the platform puts it first, and it is the only
   flag on one node), so a user's own `--world_size 8` just before it stays the user's;
 - TensorFlow: the run holds `--ps_hosts` or `--worker_hosts` (what auto mode looks for).

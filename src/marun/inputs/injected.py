@@ -9,7 +9,6 @@ expected.
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import sys
 from collections.abc import Mapping, Sequence
@@ -18,9 +17,11 @@ from pathlib import Path
 
 from marun.errors import InputError, bad_value
 from marun.inputs.appended_args import AppendedArgs, split_appended
+from marun.inputs.numbers import MAX_NODES, MAX_PROCS_PER_NODE, parse_int
 from marun.inputs.settings import Settings
 
-# The platform's node index, most specific first (seed 004's run_mpi.sh reads them in this order).
+# The platform's node index, most specific first (the platform's own MPI start script reads them
+# in this order; docs/platform-contract.md).
 TASK_INDEX_VARS = ("MA_TASK_INDEX", "VC_TASK_INDEX", "VK_TASK_INDEX")
 
 
@@ -34,31 +35,37 @@ class Platform:
     python: str
     settings: Settings = field(default_factory=Settings)
     uid: int = 0
+    # `marun plan`: nothing is waited for (a name that does not resolve yet becomes a note).
+    dry_run: bool = False
 
     # -- node variables -------------------------------------------------------------------
-    def _int_var(self, name: str, default: int | None, minimum: int) -> int:
+    def _int_var(self, name: str, default: int | None, minimum: int, maximum: int) -> int:
         raw = self.env.get(name)
         if raw is None or raw == "":
             if default is None:
-                raise bad_value(name, raw, f"an integer >= {minimum} (it is not set)")
+                raise bad_value(
+                    name, raw, f"an integer from {minimum} to {maximum} (it is not set)"
+                )
             return default
-        try:
-            value = int(raw.strip())
-        except ValueError:
-            raise bad_value(name, raw, f"an integer >= {minimum}") from None
-        if value < minimum:
-            raise bad_value(name, raw, f"an integer >= {minimum}")
-        return value
+        return parse_int(name, raw, minimum, maximum)
 
     def num_hosts(self) -> int:
-        return self._int_var("MA_NUM_HOSTS", 1, 1)
+        return self._int_var("MA_NUM_HOSTS", 1, 1, MAX_NODES)
+
+    def given_task_index(self) -> tuple[str, int] | None:
+        """The platform's own index of this container (the first of TASK_INDEX_VARS that is
+        set) and the variable's name; None where none is set. Checked like every number."""
+        for name in TASK_INDEX_VARS:
+            if self.env.get(name, "") != "":
+                return name, self._int_var(name, None, 0, MAX_NODES - 1)
+        return None
 
     def node_index(self) -> int:
         """This node's 0-based index; 0 on a single-node job that sets none."""
         hosts = self.num_hosts()
         for name in TASK_INDEX_VARS:
             if self.env.get(name, "") != "":
-                index = self._int_var(name, None, 0)
+                index = self._int_var(name, None, 0, MAX_NODES - 1)
                 if index >= hosts:
                     raise bad_value(name, self.env[name], f"an index below MA_NUM_HOSTS={hosts}")
                 return index
@@ -72,10 +79,9 @@ class Platform:
     def devices_per_node(self) -> int:
         """Processes per node: --nproc-per-node, else MA_NUM_GPUS (0 on a CPU job means 1)."""
         if self.settings.nproc_per_node is not None:
-            if self.settings.nproc_per_node < 1:
-                raise bad_value("--nproc-per-node", self.settings.nproc_per_node, "an integer >= 1")
-            return self.settings.nproc_per_node
-        return max(1, self._int_var("MA_NUM_GPUS", 1, 0))
+            nproc = self.settings.nproc_per_node
+            return parse_int("--nproc-per-node", nproc, 1, MAX_PROCS_PER_NODE)
+        return max(1, self._int_var("MA_NUM_GPUS", 1, 0, MAX_PROCS_PER_NODE))
 
     def job_name(self) -> str | None:
         return self.env.get("MA_VJ_NAME") or None
@@ -96,15 +102,19 @@ def resolve_command(command: Sequence[str], cwd: str, python: str) -> tuple[str,
     script = command[0]
     if script.endswith(".py"):
         path = Path(cwd, script)
-        if not path.is_file():
+        # os.path.isfile, not Path.is_file: a name too long for the system is "no such file",
+        # where Path.is_file raises.
+        if not os.path.isfile(path):
             raise bad_value("SCRIPT", script, f"an existing Python file (looked in {cwd})")
         return (python, str(path.resolve()), *command[1:])
     if os.sep in script:
         path = Path(cwd, script)
-        if not (path.is_file() and os.access(path, os.X_OK)):
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
             raise bad_value("SCRIPT", script, "an existing executable file")
         return (str(path.resolve()), *command[1:])
-    if shutil.which(script) is None:
+    from marun._files import find_executable
+
+    if find_executable(script) is None:
         raise bad_value("SCRIPT", script, "a command on PATH or a .py file")
     return tuple(command)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from marun.errors import InputError
+from marun.errors import bad_value
 
 
 @dataclass(frozen=True)
@@ -50,9 +50,11 @@ def choose_nic(configured: str | None, hints: Iterable[str] = ()) -> Nic:
     table = ipv4_by_interface()
     if configured:
         if configured not in table:
-            raise InputError(
-                f"nic={configured!r}: expected an interface with an IPv4 address, one of "
-                + ", ".join(sorted(table) or ["(none)"])
+            raise bad_value(
+                "nic",
+                configured,
+                "an interface with an IPv4 address, one of "
+                + ", ".join(sorted(table) or ["(none)"]),
             )
         return Nic(configured, table[configured][0])
     for addr in hints:

@@ -1,12 +1,12 @@
 """The Ascend rank table (`RANK_TABLE_FILE`): read, wait for, validate, and find this node in.
 
-Two formats are in use (PLATFORM.md), all values JSON strings:
-- group_list (seed 002; ModelArts' `jobstart_hccl.json`): groups of instances, each instance a
+Two formats are in use (docs/platform-contract.md), all values JSON strings:
+- group_list (ModelArts' `jobstart_hccl.json`): groups of instances, each instance a
   `server_id` with its `devices`. Groups whose device count is "0" are skipped. An instance's
   `rank_id`, when given, is the rank of its first device (the rest follow); without one,
   instances are ranked in the order of the trailing `-N` of their `pod_name`, group after group,
-  one rank per device (davincirun's rule). Instances sharing a `server_id` form one server (seed
-  002 lists 8 one-device instances on one server).
+  one rank per device (davincirun's rule). Instances sharing a `server_id` form one server (the
+  tutorial's 8-card table lists 8 one-device instances on one server).
 - server_list (`"version": "1.0"`; `"1.2"` SuperPoD tables add `super_pod_list`, ignored here):
   servers with a `host_nic_ip` and `device` entries that each carry their `rank_id`.
 
@@ -17,21 +17,24 @@ devices in rank order. The table is the authority on which physical device a ran
 from __future__ import annotations
 
 import json
+import os
 import re
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
-from marun.errors import InputError, bad_value
+from marun.errors import InputError, bad_value, show_value
 from marun.inputs.hosts import is_ip
 from marun.inputs.injected import TASK_INDEX_VARS, Platform
+from marun.inputs.numbers import MAX_NODES, MAX_RANKS, is_digits, parse_int
+from marun.inputs.textfile import parse_guarded, read_input_text
 
 GROUP_LIST = "group_list"
 SERVER_LIST = "server_list"
 COMPLETED = "completed"
 INITIALIZING = "initializing"
-_POD_INDEX = re.compile(r"-(\d+)$")
+_POD_INDEX = re.compile(r"-([0-9]{1,12})$")
 # This node's own address as the platform states it: container IP, then the physical host's
 # (a group_list `server_id` is usually the host's IP; davincirun matches MA_CURRENT_HOST_IP).
 _OWN_ADDRESS_VARS = ("MA_CURRENT_IP", "MA_CURRENT_HOST_IP")
@@ -58,7 +61,7 @@ class RankTable:
     format: str  # GROUP_LIST | SERVER_LIST
     servers: tuple[Server, ...]  # in rank order of their first device
 
-    @property
+    @cached_property  # asked for by every process of a plan: once, not once per process
     def rank_size(self) -> int:
         return sum(len(s.devices) for s in self.servers)
 
@@ -88,7 +91,7 @@ class _Reader:
         return InputError(f"rank table {self.path}: {what}")
 
     def bad(self, where: str, value: object, expected: str) -> InputError:
-        return self.error(f"{where}={value!r}: expected {expected}")
+        return self.error(f"{where}={show_value(value)}: expected {expected}")
 
     def obj(self, value: object, where: str) -> Mapping[str, Any]:
         if not isinstance(value, dict):
@@ -118,9 +121,9 @@ class _Reader:
         value = data.get(key)
         if value is None:
             return None
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_RANKS:
             return value
-        if isinstance(value, str) and value.strip().isdigit() and value.strip().isascii():
+        if isinstance(value, str) and is_digits(value.strip()) and len(value.strip()) <= 12:
             return int(value.strip())
         raise self.bad(f"{_at(where, key)}", _short(value), "a non-negative integer")
 
@@ -379,7 +382,7 @@ def _document(text: str, path: str) -> tuple[Mapping[str, Any], str]:
     if not text.strip():
         raise r.error("the file is empty: expected a JSON rank table")
     try:
-        data = json.loads(text)
+        data = parse_guarded(json.loads, text, f"rank table {path}")
     except json.JSONDecodeError as exc:
         raise r.error(f"not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg})") from None
     if not isinstance(data, dict):
@@ -412,13 +415,15 @@ def parse_rank_table(text: str, path: str) -> RankTable:
 
 
 def _read(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read()
-    except UnicodeDecodeError:
-        raise InputError(f"rank table {path}: not UTF-8 text: expected a JSON rank table") from None
-    except OSError as exc:
-        raise InputError(f"rank table {path}: cannot read it ({exc.strerror})") from None
+    return read_input_text(path, "rank table", "a JSON rank table")
+
+
+class _StillWaiting(Exception):
+    """An attempt worth repeating; `error` is what to report if it is the last."""
+
+    def __init__(self, error: InputError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def load_rank_table(path: str, timeout: float, interval: float = 1.0) -> RankTable:
@@ -426,9 +431,23 @@ def load_rank_table(path: str, timeout: float, interval: float = 1.0) -> RankTab
     (the platform writes the device addresses once every pod is placed), for at most `timeout`
     seconds. Once the table has been seen initializing, a read that fails to parse is taken for
     the platform's rewrite in progress and retried too; the last error is reported at the end."""
-    deadline = time.monotonic() + max(0.0, timeout)
+    from tenacity import RetryCallState, retry, retry_if_exception_type, stop_after_delay
+
+    timeout = max(0.0, timeout)
     waited = False
-    while True:
+
+    def pause(state: RetryCallState) -> float:
+        # Never sleep past the deadline: the last look is at the deadline itself.
+        return max(0.0, min(interval, timeout - (state.seconds_since_start or 0.0)))
+
+    @retry(
+        retry=retry_if_exception_type(_StillWaiting),
+        stop=stop_after_delay(timeout),
+        wait=pause,
+        reraise=True,
+    )
+    def attempt() -> RankTable:
+        nonlocal waited
         try:
             return parse_rank_table(_read(path), path)
         except RankTableNotReady:
@@ -439,19 +458,50 @@ def load_rank_table(path: str, timeout: float, interval: float = 1.0) -> RankTab
                     "waiting for rank table", path=path, status=INITIALIZING, timeout=timeout
                 )
             waited = True
-            last: InputError = InputError(
-                f"rank table {path}: status is still {INITIALIZING!r} after waiting "
-                f"{timeout:g}s: expected {COMPLETED!r} (raise ranktable_timeout, "
-                "MARUN_RANKTABLE_TIMEOUT, to wait longer)"
-            )
+            raise _StillWaiting(
+                InputError(
+                    f"rank table {path}: status is still {INITIALIZING!r} after waiting "
+                    f"{timeout:g}s: expected {COMPLETED!r} (raise ranktable_timeout, "
+                    "MARUN_RANKTABLE_TIMEOUT, to wait longer)"
+                )
+            ) from None
         except InputError as exc:
             if not waited:
                 raise
-            last = exc
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise last
-        time.sleep(min(interval, remaining))
+            raise _StillWaiting(exc) from None
+
+    try:
+        return attempt()
+    except _StillWaiting as last:
+        raise last.error from None
+
+
+def table_path(platform: Platform, raw: str) -> str:
+    """RANK_TABLE_FILE as an absolute path (processes may run in a directory of their own)."""
+    path = os.path.normpath(os.path.join(platform.cwd, raw))
+    if not os.path.isfile(path):
+        raise bad_value("RANK_TABLE_FILE", raw, "an existing rank table file")
+    return path
+
+
+def load_platform_rank_table(platform: Platform, raw: str) -> RankTable:
+    """The table RANK_TABLE_FILE=`raw` names, waited for, and checked against what the platform
+    says of the job's size (RANK_SIZE, MA_NUM_HOSTS) where it says it."""
+    table = load_rank_table(table_path(platform, raw), platform.settings.ranktable_timeout)
+    raw_size = platform.env.get("RANK_SIZE", "")
+    if raw_size.strip() and raw_size.strip() != str(table.rank_size):
+        raise bad_value(
+            "RANK_SIZE",
+            raw_size,
+            f"{table.rank_size}, the number of ranks in rank table {table.path}",
+        )
+    if platform.env.get("MA_NUM_HOSTS", "").strip() and platform.num_hosts() != len(table.servers):
+        raise bad_value(
+            "MA_NUM_HOSTS",
+            platform.env["MA_NUM_HOSTS"],
+            f"{len(table.servers)}, the number of servers in rank table {table.path}",
+        )
+    return table
 
 
 # -- which server is this node ----------------------------------------------------------------
@@ -463,7 +513,7 @@ def rank_id_from_env(platform: Platform, table: RankTable) -> int | None:
     if raw.strip() == "":
         return None
     text = raw.strip()
-    if not (text.isascii() and text.isdigit()) or int(text) >= table.rank_size:
+    if not is_digits(text) or len(text) > 12 or int(text) >= table.rank_size:
         raise bad_value(
             "RANK_ID",
             raw,
@@ -489,10 +539,8 @@ def _node_index(platform: Platform, table: RankTable) -> int | None:
     raw = platform.env[name]
     if platform.env.get("MA_NUM_HOSTS", "").strip():
         index = platform.node_index()  # validates it against MA_NUM_HOSTS
-    elif raw.strip().isascii() and raw.strip().isdigit():
-        index = int(raw.strip())
     else:
-        raise bad_value(name, raw, "an integer >= 0")
+        index = parse_int(name, raw, 0, MAX_NODES - 1)
     if index >= len(table.servers):
         raise bad_value(
             name,

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from marun.errors import InputError, bad_value
+from marun.inputs.numbers import MAX_PROCS_PER_NODE, PORT_MAX, parse_int, parse_seconds
+from marun.inputs.textfile import parse_guarded, read_input_text
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,15 @@ class Settings:
 
 
 FIELDS: Mapping[str, Any] = {f.name: f for f in fields(Settings)}
+# The range of each integer setting; every float setting is a finite number of seconds >= 0.
+INT_RANGES: Mapping[str, tuple[int, int]] = {
+    "nproc_per_node": (1, MAX_PROCS_PER_NODE),
+    "ms_sched_port": (1024, PORT_MAX),  # MindSpore's range for MS_SCHED_PORT
+    "ms_topo_timeout": (1, 31_536_000),
+    "sshd_port": (1, PORT_MAX),
+    "mpi_watch_port": (1, PORT_MAX),
+    "max_restarts": (0, 1_000_000),
+}
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -78,13 +89,10 @@ def _coerce(name: str, value: Any, where: str) -> Any:
                 return False
             raise ValueError
         if kind.startswith("int"):
-            if isinstance(value, bool):
-                raise ValueError
-            return int(str(value).strip())
+            low, high = INT_RANGES[name]
+            return parse_int(where, value, low, high)
         if kind.startswith("float"):
-            if isinstance(value, bool):
-                raise ValueError
-            return float(str(value).strip())
+            return parse_seconds(where, value)
         if kind.startswith("tuple"):
             if isinstance(value, (list, tuple)):
                 return tuple(str(v) for v in value)
@@ -107,18 +115,15 @@ def find_config_file(explicit: str | None, env: Mapping[str, str], cwd: str) -> 
     if env.get("MARUN_CONFIG"):
         return Path(env["MARUN_CONFIG"])
     default = Path(cwd) / "marun.yaml"
-    return default if default.is_file() else None
+    return default if os.path.isfile(default) else None
 
 
 def _read_file(path: Path) -> dict[str, Any]:
     import yaml  # lazy: only when a config file exists
 
+    text = read_input_text(str(path), "config file", "a YAML file of settings")
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"config file {path}: cannot read it ({exc.strerror})") from None
-    try:
-        data = yaml.safe_load(text)
+        data = parse_guarded(yaml.safe_load, text, f"config file {path}")
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -151,8 +156,6 @@ def load_settings(
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     if path is not None:
-        if not path.is_file():
-            raise bad_value("config file", str(path), "an existing YAML file")
         for k, v in _read_file(path).items():
             values[k], sources[k] = v, "file"
     for name in FIELDS:

@@ -1,6 +1,6 @@
 """TensorFlow host lists as the platform appends them (`--ps_hosts`, `--worker_hosts`).
 
-Seed 004 shows `[xx-ps-0.xx:PORT,xx-ps-1.xx:PORT]`; the same list also arrives without brackets
+The platform writes `[xx-ps-0.xx:PORT,xx-ps-1.xx:PORT]`; the same list also arrives without brackets
 (`a:1,b:2`), with quotes around the whole or each entry, with spaces after the commas, or as a
 JSON list (`["a:1", "b:2"]`). All of them come out as a tuple of `HOST:PORT` strings, the form
 TF_CONFIG's cluster wants.
@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from marun.errors import bad_value
+from marun.inputs.numbers import is_digits
 
 # A DNS name or IPv4 address, or an IPv6 address in brackets (`[::1]:5000`).
 _HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?|\[[0-9A-Fa-f:.]+\]")
@@ -28,7 +29,7 @@ def _unquote(text: str) -> str:
 def split_address(address: str) -> tuple[str, int] | None:
     """`HOST:PORT` into its parts, or None when it is not one."""
     host, sep, port = address.rpartition(":")
-    if not sep or not _HOST.fullmatch(host) or not port.isdigit():
+    if not sep or not _HOST.fullmatch(host) or not is_digits(port) or len(port) > 5:
         return None
     number = int(port)
     return (host, number) if 1 <= number <= 65535 else None

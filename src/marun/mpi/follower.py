@@ -28,6 +28,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from marun._files import atomic_write
 from marun.mpi.run_dir import JOB_STATUS, RUN_DIR_VAR
 from marun.runtime.signals import StopFlag
 
@@ -50,8 +51,6 @@ def probe_interval(peer_timeout: float) -> float:
 
 
 def write_status(run_dir: str, status: int, reason: str) -> str:
-    from marun.runtime.execute import atomic_write
-
     path = os.path.join(run_dir, JOB_STATUS)
     atomic_write(path, json.dumps({"status": status, "reason": reason}), 0o600)
     return path

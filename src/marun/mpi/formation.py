@@ -1,13 +1,16 @@
 """Cluster formation on node 0: every host resolved and every peer's sshd letting us in, all
 hosts at once, within one time-out.
 
-Each host is checked in a thread of its own, with bounded retries and jittered exponential
-backoff (tenacity): its name resolved to an IPv4 address (DNS for a pod's name can appear after
-the pod starts: Volcano #1972, #452), then, for a peer, its sshd port connected to, then an ssh
-login running `true` with exactly the ssh options mpirun will use. The host running the
-formation is only resolved (mpirun starts its ranks without ssh). A line `k/N hosts ready` is
-printed while hosts come in; when the time-out passes, every host not ready is named with the
-last reason it was not: no DNS answer, port closed or unreachable, auth refused, ssh failed.
+Each check of a host is one attempt: its name resolved to an IPv4 address (DNS for a pod's name
+can appear after the pod starts: Volcano #1972, #452), then, for a peer, its sshd port connected
+to, then an ssh login running `true` with exactly the ssh options mpirun will use. The host
+running the formation is only resolved (mpirun starts its ranks without ssh). Attempts run on a
+bounded pool of threads, taken in the order they fall due; a host whose attempt failed is due
+again after a jittered exponential backoff of at most `MAX_BACKOFF`. So with 1,000 peers none
+waits behind hosts that are not ready yet, no more threads run than the pool holds, and a peer
+is seen within half a second of becoming ready. A line `k/N hosts ready` is printed while hosts
+come in; when the time-out passes, every host not ready is named with the last reason it was
+not: no DNS answer, port closed or unreachable, auth refused, ssh failed.
 
 run_mpi.sh resolved one host at a time with a `sleep 1` each (17 minutes for 1,000 hosts) and
 waited forever; here the wait is as long as the slowest host, and bounded.
@@ -23,9 +26,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from marun.errors import MarunError
-from marun.inputs.hosts import is_ipv4
+from marun.inputs.hosts import lookup_ipv4
 
-MAX_THREADS = 256  # hosts checked at once; the rest queue (a waiting thread costs little)
+MAX_THREADS = 128  # attempts at once; the hosts due after them queue
+FIRST_BACKOFF = 0.1  # seconds before the second attempt at a host; doubling, jittered
+MAX_BACKOFF = 0.5  # and never more: a peer is seen soon after it becomes ready
 SSH_AT_ONCE = 32  # ssh logins at once: each costs node 0 a handshake's CPU
 CONNECT_TIMEOUT = 2.0
 SSH_TIMEOUT = 30.0
@@ -71,13 +76,10 @@ class HostCheck:
 
 def resolve_ipv4_once(name: str) -> str:
     """One lookup of `name`'s IPv4 address; NotReady when there is none (yet)."""
-    if is_ipv4(name):
-        return name
     try:
-        infos = socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)
+        return lookup_ipv4(name)
     except OSError as exc:
         raise NotReady(f"no DNS answer ({exc.strerror or exc})") from None
-    return str(infos[0][4][0])
 
 
 def probe_port(address: str, port: int, timeout: float) -> None:
@@ -144,33 +146,13 @@ class Formation:
 
     def run(self) -> list[str]:
         """Every host's IPv4 address, in host order; FormationError when not all are ready."""
-        from concurrent.futures import ThreadPoolExecutor, wait
-
         started = time.monotonic()
         self._deadline = started + self._timeout
         total = len(self.checks)
-        pool = ThreadPoolExecutor(
-            max_workers=max(1, min(total, MAX_THREADS)), thread_name_prefix="marun-formation"
-        )
         try:
-            pending = {pool.submit(self._until_ready, check) for check in self.checks}
-            shown, shown_at = -1, started
-            while pending and not self._stop.is_set():
-                now = time.monotonic()
-                if now >= self._deadline:
-                    break
-                _, pending = wait(pending, timeout=min(TICK, self._deadline - now))
-                ready = self.ready_count()
-                now = time.monotonic()
-                if pending and (
-                    (ready != shown and now - shown_at >= PROGRESS_EVERY)
-                    or now - shown_at >= REMIND_EVERY
-                ):
-                    self._report(self.progress())
-                    shown, shown_at = ready, now
+            self._attempt_until_ready(started)
         finally:
             self._halt.set()
-            pool.shutdown(wait=False, cancel_futures=True)
         elapsed = time.monotonic() - started
         if self._stop.is_set() and self.ready_count() < total:
             raise FormationError(
@@ -190,6 +172,59 @@ class Formation:
         self._refuse_shared_addresses(addresses)
         self._report(f"cluster formation: {total}/{total} hosts ready in {elapsed:.1f}s")
         return addresses
+
+    def _attempt_until_ready(self, started: float) -> None:
+        """Hand out attempts as they fall due until every host is ready, the time is up or
+        `stop` is set."""
+        import heapq
+        import random
+        from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+        total = len(self.checks)
+        workers = max(1, min(total, MAX_THREADS))
+        due = [(started, index) for index in range(total)]  # a heap of (when, host)
+        failures = [0] * total
+        running: dict[Future[bool | None], int] = {}
+        left = total
+        shown, shown_at = -1, started
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="marun-formation")
+        try:
+            while left and not self._stop.is_set():
+                now = time.monotonic()
+                if now >= self._deadline:
+                    break
+                while due and due[0][0] <= now and len(running) < workers:
+                    _, index = heapq.heappop(due)
+                    running[pool.submit(self._attempt, self.checks[index])] = index
+                wake = min(TICK, self._deadline - now)
+                if due and len(running) < workers:
+                    wake = min(wake, due[0][0] - now)
+                if running:
+                    done, _ = wait(running, timeout=max(0.0, wake), return_when=FIRST_COMPLETED)
+                else:
+                    done = set()
+                    self._stop.wait(max(0.0, wake))
+                for future in done:
+                    index = running.pop(future)
+                    outcome = future.result()
+                    if outcome is not False:  # ready, or given up on (its problem says why)
+                        left -= 1
+                    else:
+                        failures[index] += 1
+                        ceiling = min(MAX_BACKOFF, FIRST_BACKOFF * 2 ** (failures[index] - 1))
+                        when = time.monotonic() + random.uniform(0.0, ceiling)
+                        heapq.heappush(due, (when, index))
+                ready = self.ready_count()
+                now = time.monotonic()
+                if left and (
+                    (ready != shown and now - shown_at >= PROGRESS_EVERY)
+                    or now - shown_at >= REMIND_EVERY
+                ):
+                    self._report(self.progress())
+                    shown, shown_at = ready, now
+        finally:
+            self._halt.set()
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def ready_count(self) -> int:
         with self._lock:
@@ -223,29 +258,20 @@ class Formation:
 
     # -- the checking threads ---------------------------------------------------------------
 
-    def _until_ready(self, check: HostCheck) -> None:
-        from tenacity import Retrying, retry_if_exception_type, wait_random_exponential
-
-        retrying = Retrying(
-            retry=retry_if_exception_type(NotReady),
-            stop=lambda _: self._over(),
-            wait=wait_random_exponential(multiplier=0.1, max=2.0),
-            sleep=self._sleep,
-            reraise=True,
-        )
+    def _attempt(self, check: HostCheck) -> bool | None:
+        """One check of one host: True when ready, False to try again, None to give up."""
         try:
-            retrying(self._check, check)
+            self._check(check)
         except NotReady:
-            pass  # gave up: check.problem says why
+            return False
         except Exception as exc:  # a bug or an odd resolver: this host's problem, not everyone's
             with self._lock:
                 check.problem = f"check failed: {exc!r}"
+            return None
+        return True
 
     def _over(self) -> bool:
         return self._halt.is_set() or time.monotonic() >= self._deadline
-
-    def _sleep(self, seconds: float) -> None:
-        self._halt.wait(max(0.0, min(seconds, self._deadline - time.monotonic())))
 
     def _check(self, check: HostCheck) -> None:
         try:

@@ -33,6 +33,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
+from marun._files import atomic_write, write_all
 from marun.errors import MarunError, bad_value
 from marun.runtime.signals import StopFlag, exit_code_for
 
@@ -78,8 +79,6 @@ def read_hostfile(path: str) -> list[tuple[str, str]]:
 
 
 def write_hostfile(path: str, entries: Sequence[tuple[str, str]]) -> None:
-    from marun.runtime.execute import atomic_write
-
     text = "".join(f"{host} {rest}".rstrip() + "\n" for host, rest in entries)
     atomic_write(path, text, 0o644)
 
@@ -139,7 +138,7 @@ def run_mpirun(argv: Sequence[str]) -> tuple[int, str | None]:
             if not data:
                 return
             with contextlib.suppress(OSError):
-                _write_all(2, data)
+                write_all(2, data)
             scanner.feed(data)
 
     reader = threading.Thread(target=copy, name="marun-mpirun-stderr", daemon=True)
@@ -147,12 +146,6 @@ def run_mpirun(argv: Sequence[str]) -> tuple[int, str | None]:
     code = proc.wait()
     reader.join(DRAIN_WAIT)
     return (exit_code_for(-code) if code < 0 else code), scanner.first
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 # -- the other nodes ----------------------------------------------------------------------------

@@ -53,10 +53,10 @@ import math
 import os
 import re
 import shlex
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from marun._files import find_executable
 from marun.errors import InputError, bad_value
 from marun.inputs.hosts import node_hosts
 from marun.inputs.injected import TASK_INDEX_VARS, Platform
@@ -68,7 +68,7 @@ from marun.plan.launch_plan import FileSpec, LaunchPlan, NodePlan, ProcessSpec
 from marun.plan.modes.common import log_dir, script_argv
 from marun.redact import is_secret_name, mask_argv
 
-SSHD_FALLBACKS = ("/usr/sbin/sshd",)  # not on a non-root user's PATH on Debian/Ubuntu
+SSHD_DIRS = ("/usr/sbin",)  # not on a non-root user's PATH on Debian/Ubuntu
 LARGE_CLUSTER_HOSTS = 64  # horovodrun's _LARGE_CLUSTER_THRESHOLD
 PLATFORM_KEY = "id_rsa"  # what Volcano's ssh plugin mounts, with id_rsa.pub and authorized_keys
 
@@ -231,14 +231,8 @@ def read_layout(platform: Platform) -> MpiLayout:
     )
 
 
-def find_sshd(search_path: str | None, fallbacks: Sequence[str] = SSHD_FALLBACKS) -> str | None:
-    found = shutil.which("sshd", path=search_path or os.defpath)
-    if found:
-        return found
-    for candidate in fallbacks:
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    return None
+def find_sshd(search_path: str | None, extra_dirs: Sequence[str] = SSHD_DIRS) -> str | None:
+    return find_executable("sshd", extra_dirs, search_path)
 
 
 def hostfile_content(hosts: Sequence[str], slots: int) -> str:
@@ -414,7 +408,7 @@ def _notes(
             )
     if sshd is None:
         notes.append(
-            "sshd is not on PATH nor at " + ", ".join(SSHD_FALLBACKS) + ": the image needs "
+            "sshd is not on PATH nor in " + ", ".join(SSHD_DIRS) + ": the image needs "
             "openssh-server (the plan shows it as plain 'sshd')"
         )
     if not layout.platform_key:

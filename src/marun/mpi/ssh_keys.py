@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
+import stat
 import subprocess
 from collections.abc import Mapping, Sequence
 
+from marun._files import atomic_write, find_executable
 from marun.errors import InputError, MarunError, bad_value
 
+TOOL_DIRS = ("/usr/bin", "/usr/sbin")  # where Debian puts ssh, ssh-keygen and sshd
 KEYGEN_TIMEOUT = 30.0
 SSHD_T_TIMEOUT = 30.0
 # sshd as root dies without its privilege-separation directory (Debian: /run/sshd, made by
@@ -38,14 +40,31 @@ _NON_KEY_METHODS = (
 
 
 def find_tool(name: str, search_path: str | None = None) -> str:
-    found = shutil.which(name, path=search_path or os.environ.get("PATH") or os.defpath)
+    found = find_executable(name, TOOL_DIRS, search_path)
     if found is None:
-        for directory in ("/usr/bin", "/usr/sbin"):
-            candidate = os.path.join(directory, name)
-            if os.access(candidate, os.X_OK):
-                return candidate
         raise MarunError(f"{name} not found on PATH: the image needs openssh-client")
     return found
+
+
+PRIVATE_KEY_EXPECTED = (
+    "0600: ssh ignores a private key that others can read ('UNPROTECTED PRIVATE KEY FILE'); "
+    "chmod 600 it, or mount the secret with defaultMode 0600"
+)
+
+
+def key_mode_problem(st: os.stat_result, uid: int, private: bool) -> str | None:
+    """What ssh or sshd (StrictModes) would refuse about a key file or directory of `uid`'s,
+    or None. ssh's own rule for a private key: one that is `uid`'s must be readable by `uid`
+    alone (a key of someone else's, such as root's secret mounted 0644 for a user, it takes).
+    For everything: owned by `uid` or root, and writable by nobody else."""
+    mode = stat.S_IMODE(st.st_mode)
+    if private and st.st_uid == uid and mode & 0o077:
+        return f"mode {mode:04o}: expected {PRIVATE_KEY_EXPECTED}"
+    if st.st_uid not in (uid, 0):
+        return f"owned by uid {st.st_uid}: expected uid {uid} or root"
+    if mode & 0o022:
+        return f"mode {mode:04o}: writable by group or others, expected not"
+    return None
 
 
 def check_private_key(path: str, uid: int) -> None:
@@ -56,13 +75,8 @@ def check_private_key(path: str, uid: int) -> None:
         raise bad_value("ssh key file", path, f"a readable file ({exc.strerror})") from None
     if not os.access(path, os.R_OK):
         raise bad_value("ssh key file", path, f"a file uid {uid} can read (permission denied)")
-    if st.st_uid == uid and st.st_mode & 0o077:
-        raise bad_value(
-            f"mode of {path}",
-            f"{st.st_mode & 0o777:04o}",
-            "0600: ssh ignores a private key that others can read ('UNPROTECTED PRIVATE KEY "
-            "FILE'); chmod 600 it, or mount the secret with defaultMode 0600",
-        )
+    if st.st_uid == uid and key_mode_problem(st, uid, private=True):
+        raise bad_value(f"mode of {path}", f"{stat.S_IMODE(st.st_mode):04o}", PRIVATE_KEY_EXPECTED)
 
 
 def check_readable(path: str, what: str) -> None:
@@ -106,23 +120,7 @@ def write_authorized_keys(public_keys: Sequence[str], path: str) -> None:
                 lines += [line.strip() for line in fh if line.strip()]
         except OSError as exc:
             raise bad_value("public key file", pub, f"a readable file ({exc.strerror})") from None
-    tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write("".join(line + "\n" for line in lines))
-    os.replace(tmp, path)
-
-
-def make_private_dir(path: str) -> None:
-    """Create `path` (and parents) and leave it mode 0700; refuse one that someone else owns."""
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    st = os.stat(path)
-    if st.st_uid != os.getuid():
-        raise bad_value(
-            "run directory", path, f"a directory owned by uid {os.getuid()} (owner: {st.st_uid})"
-        )
-    if st.st_mode & 0o777 != 0o700:
-        os.chmod(path, 0o700)
+    atomic_write(path, "".join(line + "\n" for line in lines), 0o600)
 
 
 def effective_sshd_config(sshd: str, config: str) -> dict[str, list[str]]:

@@ -41,14 +41,10 @@ def _parser() -> argparse.ArgumentParser:
 def prepare(
     run_dir: str, sshd_argv: Sequence[str], identity: str | None, pubs: Sequence[str]
 ) -> None:
-    from marun.mpi.ssh_keys import (
-        generate_key,
-        make_private_dir,
-        refuse_password_logins,
-        write_authorized_keys,
-    )
+    from marun._files import private_dir
+    from marun.mpi.ssh_keys import generate_key, refuse_password_logins, write_authorized_keys
 
-    make_private_dir(run_dir)
+    private_dir(run_dir)
     host = socket.gethostname()
     generate_key(os.path.join(run_dir, HOST_KEY), f"marun host key of {host}")
     public = list(pubs)

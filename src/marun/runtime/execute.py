@@ -2,46 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 
+from marun._files import atomic_write
 from marun.errors import InputError, MarunError
 from marun.plan.launch_plan import FileSpec, LaunchPlan, NodePlan, ProcessSpec
 
 
-def atomic_write(path: str, data: str | bytes, mode: int) -> None:
-    """Write `path` whole or not at all, with `mode` from its first byte on.
-
-    The content goes to a new temporary file next to it (created exclusively, with O_NOFOLLOW,
-    mode `mode`: never readable by others, not even for a moment), which is then renamed over
-    `path`. A symlink planted at `path` is replaced, never followed; one planted at the temporary
-    name makes the write fail. OSError on failure, the temporary file removed.
-    """
-    directory = os.path.dirname(path) or "."
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    content = data.encode() if isinstance(data, str) else data
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(tmp, flags, mode)
-    try:
-        try:
-            os.fchmod(fd, mode)  # the umask may have taken bits off
-            view = memoryview(content)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def write_files(files: tuple[FileSpec, ...]) -> None:
-    """Write the plan's files (their directories created as needed); a file that cannot be
-    written is bad input: one line naming the path and why."""
+    """Write the plan's files (their directories created as needed), each atomically with its
+    final mode and never through a planted symlink (marun._files.atomic_write); a file that
+    cannot be written is bad input: one line naming the path and why."""
     for spec in files:
         try:
             os.makedirs(os.path.dirname(spec.path) or ".", exist_ok=True)

@@ -5,6 +5,10 @@ One loop in one thread reads every pipe and is the only writer of marun's stdout
 lines only; so lines of different ranks interleave at line boundaries and never inside a line.
 A line longer than `MAX_LINE` (a progress bar redrawn with `\\r` for hours) is cut there so memory
 stays bounded; the log file always receives the bytes exactly as written.
+
+Bytes move in blocks, never line by line in Python: each read goes to the log file as it is; its
+whole lines go to the console in one write, prefixed by one `bytes.replace` (none at all for a
+process not shown); only the last `TAIL_LINES` lines of a block are split off for the tail.
 """
 
 from __future__ import annotations
@@ -12,11 +16,12 @@ from __future__ import annotations
 import contextlib
 import os
 from collections import deque
-from collections.abc import Sequence
 
+from marun._files import private_dir, write_all
 from marun.errors import bad_value
 
 MAX_LINE = 1 << 20
+PIPE_SIZE = 1 << 20
 TAIL_LINES = 20  # kept per process for the failure summary
 _TAIL_WIDTH = 2000  # characters of each kept line
 
@@ -24,29 +29,10 @@ _TAIL_WIDTH = 2000  # characters of each kept line
 # -- files and directories marun creates --------------------------------------------------
 
 
-def make_private_dirs(path: str) -> None:
-    """Create `path` and any missing parent with mode 0700 (logs may hold what a script printed
-    about its credentials); directories that exist are left as they are."""
-    missing: list[str] = []
-    current = os.path.abspath(path)
-    while not os.path.isdir(current):
-        missing.append(current)
-        parent = os.path.dirname(current)
-        if parent == current:
-            break
-        current = parent
-    for directory in reversed(missing):
-        try:
-            os.mkdir(directory, 0o700)
-        except FileExistsError:
-            continue
-        os.chmod(directory, 0o700)  # the umask may have taken bits off
-
-
 def open_log(path: str) -> int:
     """Open (truncate) a process's log file, mode 0600, in its private directory."""
     try:
-        make_private_dirs(os.path.dirname(path) or ".")
+        private_dir(os.path.dirname(path) or ".", strict=False)
         fd = os.open(
             path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600
         )
@@ -54,13 +40,6 @@ def open_log(path: str) -> int:
     except OSError as exc:
         raise bad_value("log file", path, f"a path marun can write ({exc.strerror})") from None
     return fd
-
-
-def write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
 
 
 # -- the console ----------------------------------------------------------------------------
@@ -74,11 +53,17 @@ class Console:
         self._fd = fd
         self._open = True
 
-    def write_lines(self, prefix: bytes, lines: Sequence[bytes]) -> None:
-        if not self._open or not lines:
+    def write_block(self, prefix: bytes, block: bytes) -> None:
+        """Whole lines joined by newlines (the last one's newline left off), each prefixed."""
+        if not self._open:
             return
+        # One copy (the replace); writev joins the pieces in the kernel.
+        body = block.replace(b"\n", b"\n" + prefix) if prefix else block
+        parts = [prefix, body, b"\n"] if prefix else [body, b"\n"]
         try:
-            write_all(self._fd, b"".join(prefix + line + b"\n" for line in lines))
+            written = os.writev(self._fd, parts)
+            if written < sum(len(p) for p in parts):
+                write_all(self._fd, b"".join(parts)[written:])
         except OSError:
             self._open = False
 
@@ -100,30 +85,54 @@ class OutputStream:
         # A full disk must not stop the job; the console still shows the output.
         with contextlib.suppress(OSError):
             write_all(self._log_fd, data)
-        self._pending += data
-        end = self._pending.rfind(b"\n")
-        lines: list[bytes] = []
-        if end >= 0:
-            lines = bytes(self._pending[:end]).split(b"\n")
-            del self._pending[: end + 1]
+        end = data.rfind(b"\n")
+        if end < 0:
+            self._pending += data
+        else:
+            # The whole lines of this read (the first one may have begun in an earlier read).
+            if self._pending:
+                self._pending += data[:end]
+                block = bytes(self._pending)
+                self._pending.clear()
+            else:
+                block = data[:end]
+            self._pending += data[end + 1 :]
+            self._emit(block)
         while len(self._pending) >= MAX_LINE:
-            lines.append(bytes(self._pending[:MAX_LINE]))
+            self._emit(bytes(self._pending[:MAX_LINE]))
             del self._pending[:MAX_LINE]
-        self._emit(lines)
 
     def close(self) -> None:
         """At end of output: a last line without its newline is shown too."""
         if self._pending:
-            self._emit([bytes(self._pending)])
+            self._emit(bytes(self._pending))
             self._pending.clear()
 
-    def _emit(self, lines: list[bytes]) -> None:
-        if not lines:
-            return
+    def _emit(self, block: bytes) -> None:
+        """Whole lines, joined by newlines, to the console and the tail."""
         if self._console is not None:
-            self._console.write_lines(self._prefix, lines)
-        for line in lines[-self._tail.maxlen :] if self._tail.maxlen else lines:
+            self._console.write_block(self._prefix, block)
+        keep = self._tail.maxlen
+        if keep == 0:
+            return
+        lines = block.rsplit(b"\n", keep) if keep else block.split(b"\n")
+        for line in lines[-keep:] if keep else lines:
             self._tail.append(line[:_TAIL_WIDTH].decode("utf-8", "replace").rstrip("\r"))
+
+
+def widen_pipe(fd: int) -> None:
+    """Make a process's output pipe as large as an unprivileged process may (Linux: 1 MiB,
+    /proc/sys/fs/pipe-max-size): a rank writing in bursts goes on while the relay is busy with
+    the others, and the relay takes more per wake-up."""
+    import fcntl
+
+    setpipe = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Python < 3.10 lacks the name
+    for size in (PIPE_SIZE, 1 << 18):
+        try:
+            fcntl.fcntl(fd, setpipe, size)
+            return
+        except OSError:
+            continue  # above the system's limit: a smaller one, else the default 64 KiB
 
 
 def new_tail() -> deque[str]:

@@ -140,17 +140,10 @@ class JobRecord:
 
 def write_result(directory: str, job: JobRecord) -> str:
     """Write `<directory>/result.json` atomically (a reader never sees half a file)."""
-    from marun.runtime.output import make_private_dirs, write_all
+    from marun._files import atomic_write, private_dir
 
-    make_private_dirs(directory)
-    path = os.path.join(directory, "result.json")
-    tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        write_all(fd, (json.dumps(job.to_dict(), indent=2) + "\n").encode())
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    path = os.path.join(private_dir(directory, strict=False), "result.json")
+    atomic_write(path, json.dumps(job.to_dict(), indent=2) + "\n", 0o600)
     return path
 
 

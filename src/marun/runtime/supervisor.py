@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from marun.errors import bad_value
 from marun.plan.launch_plan import LaunchPlan, NodePlan
-from marun.runtime.output import Console, OutputStream, new_tail, open_log
+from marun.runtime.output import Console, OutputStream, new_tail, open_log, widen_pipe
 from marun.runtime.reaper import (
     Ending,
     become_subreaper,
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
 _KILL_WAIT = 10.0  # after SIGKILL, how long to wait for the kernel to take processes away
 _TICK = 0.5  # at most this long between checks, so nothing depends on a single wake-up
-_READ_SIZE = 1 << 16  # per pipe and wake-up: a chatty rank cannot starve the others
+_READ_SIZE = 1 << 18  # per pipe and wake-up: a chatty rank cannot starve the others
 
 
 class Phase(Enum):
@@ -76,9 +76,10 @@ class Supervisor:
     marun's exit code. `console` is marun's stdout unless given."""
 
     def __init__(self, plan: LaunchPlan, node: NodePlan, console: Console | None = None) -> None:
-        from marun.log import get_logger
-
-        self._log: FilteringBoundLogger = get_logger("marun.runtime.supervisor")
+        # The log (structlog) is imported once every process has started: it costs more than
+        # starting them. Until then events wait here, with the time they happened.
+        self._log: FilteringBoundLogger | None = None
+        self._early: list[tuple[str, str, dict[str, object], float]] | None = []
         self._options = plan.supervision
         self._console_selection = plan.supervision.console
         self._console = Console() if console is None else console
@@ -128,6 +129,7 @@ class Supervisor:
                 for index in range(len(self._records)):
                     if not self._start(index):
                         break
+                self._log_early_events()
                 while not self._finished():
                     for key, _ in self._sel.select(self._timeout()):
                         if key.data is None:
@@ -142,6 +144,7 @@ class Supervisor:
             # Whatever happened above (even a bug), no process marun started outlives it.
             if self._running:
                 self._signal_everything(signal.SIGKILL)
+            self._log_early_events()
             self._sel.close()
             for fd in self._log_fds:
                 os.close(fd)
@@ -167,6 +170,7 @@ class Supervisor:
         env = dict(os.environ)
         env.update(spec.env)
         read_fd, write_fd = os.pipe()
+        widen_pipe(read_fd)
         now = time.time()
         try:
             popen = subprocess.Popen(
@@ -443,7 +447,20 @@ class Supervisor:
         )
         return job.exit_code
 
+    def _log_early_events(self) -> None:
+        if self._early is None:
+            return
+        from marun.log import get_logger
+
+        early, self._early = self._early, None
+        self._log = get_logger("marun.runtime.supervisor")
+        for event, level, fields, at in early:
+            self._emit(event, level, _at=at, **fields)
+
     def _emit(self, event: str, level: str = "info", **fields: object) -> None:
         """A structlog event; a closed stderr must not stop the supervision."""
+        if self._early is not None:
+            self._early.append((event, level, fields, time.time()))
+            return
         with contextlib.suppress(OSError, ValueError):
             getattr(self._log, level)(event, node=self._node.index, **fields)

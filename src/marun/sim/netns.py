@@ -48,6 +48,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from marun._files import find_executable
+
 NAME_PREFIX = "mrn"
 _NAME_RE = re.compile(rf"^{NAME_PREFIX}(\d+)_([0-9a-z]+)_(\d+)_(sw|h\d+)$")
 _NETNS_DIR = "/var/run/netns"  # where `ip netns` keeps its names (iproute2's NETNS_RUN_DIR)
@@ -90,7 +92,7 @@ NsId = tuple[int, int]  # (st_dev, st_ino) of a network namespace
 
 def _tool(name: str) -> str | None:
     # Look in the sbin directories too: `ip` lives in /usr/sbin, often missing from PATH.
-    return shutil.which(name, path=f"{os.environ.get('PATH', '')}:{_SYSTEM_PATH}")
+    return find_executable(name, _SYSTEM_PATH.split(":"))
 
 
 def _need(name: str) -> str:

@@ -279,14 +279,15 @@ def run_mpi_simulation(
             f"simulate --mode mpi builds one network namespace per node: {reason}; run it as "
             "root (sudo), or simulate the job in another mode"
         )
-    from marun.mpi.ssh_keys import generate_key, make_private_dir, write_authorized_keys
+    from marun._files import private_dir
+    from marun.mpi.ssh_keys import generate_key, write_authorized_keys
     from marun.plan.modes.common import log_dir
     from marun.runtime.execute import execute
 
     sim_dir = os.path.join(log_dir(platform), "simulate")
     watching = outer_supervision(platform, sim_dir)  # checked before anything is made
     ssh_dir = os.path.join(sim_dir, "ssh")  # what Volcano's ssh plugin mounts in every pod
-    make_private_dir(ssh_dir)
+    private_dir(ssh_dir)
     key = os.path.join(ssh_dir, "id_rsa")
     if os.path.exists(key):
         os.remove(key)

@@ -67,10 +67,13 @@ def plan_from_environment(
     cli_settings: Mapping[str, object],
     all_nodes: bool = False,
     always_supervise: bool = False,
+    *,
+    dry_run: bool = False,
 ) -> LaunchPlan:
     """What `marun plan` shows and `marun run` executes: this process's environment and working
     directory, the settings (`cli_settings`: the options given, by Settings field name), the
-    platform read from them, and the mode's plan. One function for both commands."""
+    platform read from them, and the mode's plan. One function for both commands; `dry_run`
+    (`marun plan`) waits for no host name (Platform.dry_run)."""
     from marun.inputs.injected import read_platform
     from marun.inputs.settings import load_settings
 
@@ -78,4 +81,6 @@ def plan_from_environment(
     cwd = os.getcwd()
     settings = load_settings(cli_settings, env, cwd, config).settings
     platform = read_platform(list(command), env, cwd, settings)
+    if dry_run:
+        platform = replace(platform, dry_run=True)
     return build_plan(mode, platform, all_nodes, always_supervise)

@@ -1,11 +1,12 @@
 """`ascend`: the rank-table (HCCL) launch on Ascend, one process per device.
 
 The Ascend-Powered-Engine platform runs the start file once per device, each time with
-RANK_TABLE_FILE, ASCEND_DEVICE_ID, RANK_ID and RANK_SIZE (seed 004). By default marun is that
+RANK_TABLE_FILE, ASCEND_DEVICE_ID, RANK_ID and RANK_SIZE (docs/platform-contract.md). By default
+marun is that
 start file and plans the one process of RANK_ID; with `--per-node` the start file runs once per
 node and marun plans one process per device of this node's server in the rank table.
 
-Each process gets (seed 002's layout, davincirun's variables):
+Each process gets (the HCCL tutorial's layout, davincirun's variables):
 - `DEVICE_ID`: the physical device_id of its rank in the table; the table, not the platform's
   ASCEND_DEVICE_ID, is authoritative for which card a rank drives;
 - `ASCEND_DEVICE_ID`: the platform's value for the process the platform started, otherwise the
@@ -16,22 +17,22 @@ Each process gets (seed 002's layout, davincirun's variables):
 - `HCCL_SOCKET_IFNAME` unless set, when `nic` is configured or an interface here holds the
   server's address; never from a default-route guess, which would pin HCCL to the wrong NIC;
 - cwd `<working dir>/device<DEVICE_ID>` so per-device compiler caches and logs do not collide;
-- log `<working dir>/device<DEVICE_ID>/rank_<RANK_ID>.log`: seed 002 writes `train.log<i>` there,
-  named by device; marun names it by rank, which stays unique when nodes share a working
-  directory on a shared file system.
+- log `<working dir>/device<DEVICE_ID>/rank_<RANK_ID>.log`: the tutorial's script writes
+  `train.log<i>` there, named by device; marun names it by rank, which stays unique when nodes
+  share a working directory on a shared file system.
 """
 
 from __future__ import annotations
 
 import os
 
-from marun.errors import InputError, bad_value
+from marun.errors import InputError
 from marun.inputs.injected import Platform
 from marun.inputs.ranktable import (
     Device,
     RankTable,
     Server,
-    load_rank_table,
+    load_platform_rank_table,
     rank_id_from_env,
     this_server_index,
 )
@@ -49,31 +50,10 @@ def _table_path(platform: Platform) -> str:
             "RANK_TABLE_FILE is not set: expected the path of the Ascend rank table (the "
             "Ascend-Powered-Engine platform sets it), or another --mode"
         )
-    path = os.path.normpath(os.path.join(platform.cwd, raw))
-    if not os.path.isfile(path):
-        raise bad_value("RANK_TABLE_FILE", raw, "an existing rank table file")
-    return path
+    return raw
 
 
-def _check_platform_counts(platform: Platform, table: RankTable) -> None:
-    """What the platform says about the job's size must match the table it handed us."""
-    raw_size = platform.env.get("RANK_SIZE", "")
-    if raw_size.strip() and raw_size.strip() != str(table.rank_size):
-        raise bad_value(
-            "RANK_SIZE",
-            raw_size,
-            f"{table.rank_size}, the number of ranks in rank table {table.path}",
-        )
-    hosts_set = platform.env.get("MA_NUM_HOSTS", "").strip() != ""
-    if hosts_set and platform.num_hosts() != len(table.servers):
-        raise bad_value(
-            "MA_NUM_HOSTS",
-            platform.env["MA_NUM_HOSTS"],
-            f"{len(table.servers)}, the number of servers in rank table {table.path}",
-        )
-
-
-def _hccl_ifname(platform: Platform, server: Server) -> dict[str, str]:
+def _hccl_ifname(platform: Platform, server: Server, local_addresses: set[str]) -> dict[str, str]:
     if platform.env.get("HCCL_SOCKET_IFNAME"):
         return {}
     from marun.inputs.nic import choose_nic
@@ -82,8 +62,8 @@ def _hccl_ifname(platform: Platform, server: Server) -> dict[str, str]:
         return socket_ifname_env(
             platform, choose_nic(platform.settings.nic), ("HCCL_SOCKET_IFNAME",)
         )
-    if server.host_ip is None:
-        return {}
+    if server.host_ip is None or server.host_ip not in local_addresses:
+        return {}  # what choose_nic would say, without scanning the interfaces per server
     nic = choose_nic(None, [server.host_ip])
     if nic.address != server.host_ip:  # choose_nic fell back to a guess
         return {}
@@ -125,8 +105,7 @@ def _process(
 
 def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     argv = script_argv(platform)  # before the wait on the table: a missing script fails at once
-    table = load_rank_table(_table_path(platform), platform.settings.ranktable_timeout)
-    _check_platform_counts(platform, table)
+    table = load_platform_rank_table(platform, _table_path(platform))
     own_rank = rank_id_from_env(platform, table)
     per_device = not platform.settings.per_node
     notes: list[str] = []
@@ -148,10 +127,20 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     else:
         indexes = [this_server_index(platform, table)]
 
+    # The interfaces are read once for the whole plan (a plan of every node of a 1,024-server
+    # table read them once per server), and with a configured NIC the answer is the same for all.
+    fixed: dict[str, str] | None = None
+    local: set[str] = set()
+    if platform.env.get("HCCL_SOCKET_IFNAME") or platform.settings.nic:
+        fixed = _hccl_ifname(platform, table.servers[indexes[0]], local)
+    else:
+        from marun.inputs.nic import ipv4_by_interface
+
+        local = {a for addrs in ipv4_by_interface().values() for a in addrs}
     nodes = []
     for index in indexes:
         server = table.servers[index]
-        ifname = _hccl_ifname(platform, server)
+        ifname = dict(fixed) if fixed is not None else _hccl_ifname(platform, server, local)
         if not ifname and not platform.env.get("HCCL_SOCKET_IFNAME"):
             why = (
                 f"no interface here holds {server.host_ip}"

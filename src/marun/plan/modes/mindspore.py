@@ -63,6 +63,7 @@ from marun.errors import InputError, bad_value
 from marun.inputs.hosts import ResolveError, is_ip, is_ipv4, node_hosts, resolve_ipv4
 from marun.inputs.injected import Platform
 from marun.inputs.nic import Nic, choose_nic
+from marun.inputs.numbers import MAX_SECONDS, PORT_MAX, parse_int, parse_port
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
 from marun.plan.modes.common import log_dir, script_argv, socket_ifname_env
 
@@ -74,7 +75,8 @@ LOOPBACK = "127.0.0.1"
 DRY_RUN_RESOLVE_TIMEOUT = 2.0  # seconds: --all-nodes must not hang on names that never resolve
 IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "HCCL_SOCKET_IFNAME")
 SCHEDULER_RECOVERY_NODE_ID = "sched"
-PORT_RANGE = (1024, 65535)  # the MS_SCHED_PORT values MindSpore accepts
+PORT_RANGE = (1024, PORT_MAX)  # the MS_SCHED_PORT values MindSpore accepts
+MAX_TOPO_TIMEOUT = int(MAX_SECONDS)
 
 
 @dataclass(frozen=True)
@@ -124,31 +126,20 @@ def _sched_host_override(platform: Platform) -> str | None:
 
 def _sched_port(platform: Platform) -> int:
     low, high = PORT_RANGE
-    expected = f"a port number from {low} to {high}"
     raw = _given(platform, "MS_SCHED_PORT")
     if raw is None:
         port = platform.settings.ms_sched_port
         if not low <= port <= high:
-            raise bad_value("ms_sched_port", port, expected)
+            raise bad_value("ms_sched_port", port, f"a port number from {low} to {high}")
         return port
-    if not (raw.isascii() and raw.isdigit() and low <= int(raw) <= high):
-        raise bad_value("MS_SCHED_PORT", platform.env["MS_SCHED_PORT"], expected)
-    return int(raw)
+    return parse_port("MS_SCHED_PORT", platform.env["MS_SCHED_PORT"], low)
 
 
 def _topo_timeout(platform: Platform) -> int:
     raw = _given(platform, "MS_TOPO_TIMEOUT")
     if raw is None:
-        timeout = platform.settings.ms_topo_timeout
-        if timeout < 1:
-            raise bad_value("ms_topo_timeout", timeout, "a number of seconds >= 1")
-        return timeout
-    try:
-        return int(raw)
-    except ValueError:
-        raise bad_value(
-            "MS_TOPO_TIMEOUT", platform.env["MS_TOPO_TIMEOUT"], "an integer number of seconds"
-        ) from None
+        return parse_int("ms_topo_timeout", platform.settings.ms_topo_timeout, 1, MAX_TOPO_TIMEOUT)
+    return parse_int("MS_TOPO_TIMEOUT", platform.env["MS_TOPO_TIMEOUT"], 1, MAX_TOPO_TIMEOUT)
 
 
 def _recovery_env(platform: Platform) -> dict[str, str]:
@@ -193,20 +184,25 @@ def _this_nic(platform: Platform, listed: str | None, override: str | None) -> N
 
 
 def _resolve_node0(platform: Platform, host: str, all_nodes: bool) -> tuple[str, tuple[str, ...]]:
-    if not all_nodes:
+    if not all_nodes and not platform.dry_run:
         try:
             return resolve_ipv4(host, platform.settings.resolve_timeout), ()
         except ResolveError as exc:
             raise ResolveError(
                 f"MS_SCHED_HOST: node 0's {exc} (set MS_SCHED_HOST, or raise resolve_timeout)"
             ) from None
-    timeout = min(DRY_RUN_RESOLVE_TIMEOUT, platform.settings.resolve_timeout)
+    # A dry run looks the name up once and never waits (outside the cluster it may never
+    # resolve); a plan of every node built through the API waits a little.
+    timeout = (
+        0.0 if platform.dry_run else min(DRY_RUN_RESOLVE_TIMEOUT, platform.settings.resolve_timeout)
+    )
     try:
         return resolve_ipv4(host, timeout), ()
     except ResolveError:
+        waited = "a dry run does not wait" if platform.dry_run else f"waited {timeout:g}s"
         return host, (
-            f"MS_SCHED_HOST shows node 0's host name {host!r}: it did not resolve within "
-            f"{timeout:g}s here; each node resolves it to an IPv4 address when it runs "
+            f"MS_SCHED_HOST shows node 0's host name {host!r}: it did not resolve here "
+            f"({waited}); each node resolves it to an IPv4 address when it runs "
             "(MindSpore takes no names)",
         )
 
@@ -249,13 +245,6 @@ def _from_node_variables(platform: Platform, all_nodes: bool, override: str | No
 # -- the layout from an Ascend rank table --------------------------------------------------------
 
 
-def _table_path(platform: Platform, raw: str) -> str:
-    path = os.path.normpath(os.path.join(platform.cwd, raw))
-    if not os.path.isfile(path):
-        raise bad_value("RANK_TABLE_FILE", raw, "an existing rank table file")
-    return path
-
-
 def _server_address(server: Server) -> str | None:
     """A server's IPv4 address: its host address, else its server_id (server_list tables often
     carry `"host_nic_ip": "reserve"`, the server_id being the address)."""
@@ -268,21 +257,10 @@ def _server_address(server: Server) -> str | None:
 def _from_rank_table(
     platform: Platform, all_nodes: bool, override: str | None, raw_path: str
 ) -> _Layout:
-    from marun.inputs.ranktable import load_rank_table, rank_id_from_env, this_server_index
+    from marun.inputs.ranktable import load_platform_rank_table, rank_id_from_env, this_server_index
 
-    table = load_rank_table(_table_path(platform, raw_path), platform.settings.ranktable_timeout)
+    table = load_platform_rank_table(platform, raw_path)
     servers = table.servers
-    size = platform.env.get("RANK_SIZE", "").strip()
-    if size and size != str(table.rank_size):
-        raise bad_value(
-            "RANK_SIZE", platform.env["RANK_SIZE"], f"{table.rank_size}, the ranks in {table.path}"
-        )
-    if _given(platform, "MA_NUM_HOSTS") and platform.num_hosts() != len(servers):
-        raise bad_value(
-            "MA_NUM_HOSTS",
-            platform.env["MA_NUM_HOSTS"],
-            f"{len(servers)}, the servers in {table.path}",
-        )
     own_rank = rank_id_from_env(platform, table)
     per_device = own_rank is not None and not platform.settings.per_node
     notes: list[str] = []

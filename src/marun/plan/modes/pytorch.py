@@ -2,11 +2,11 @@
 NODES]` turned into what torchrun gives each process.
 
 The platform runs the start file once per node and appends the rendezvous address, and on
-several nodes this node's rank and the node count (node rank and node COUNT, not process ranks,
-seed 004). marun starts one process per device (`--nproc-per-node`, else MA_NUM_GPUS) with the
-environment `torch.distributed.run` sets for its workers, so a script written for torchrun
-(`init_process_group()` with the default `env://`) runs unchanged. As torchrun does by default
-(`--use-env`), no `--local-rank` argument is added.
+several nodes this node's rank and the node count (node rank and node COUNT, not process ranks;
+docs/platform-contract.md). marun starts one process per device (`--nproc-per-node`, else
+MA_NUM_GPUS) with the environment `torch.distributed.run` sets for its workers, so a script
+written for torchrun (`init_process_group()` with the default `env://`) runs unchanged. As
+torchrun does by default (`--use-env`), no `--local-rank` argument is added.
 """
 
 from __future__ import annotations
@@ -14,11 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from marun.errors import InputError, bad_value
+from marun.inputs.hosts import is_host_name, is_ip
 from marun.inputs.injected import Platform
+from marun.inputs.numbers import MAX_NODES, is_digits, parse_int
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
 from marun.plan.modes.common import log_dir, script_argv, socket_ifname_env
 
-INIT_METHOD_FORM = "tcp://HOST:PORT with a port 1-65535, as the platform appends it"
+INIT_METHOD_FORM = (
+    "tcp://HOST:PORT with a host name or IP address and a port 1-65535, as the platform appends it"
+)
 SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 
 
@@ -44,19 +48,13 @@ def parse_init_method(raw: str | None) -> tuple[str, int]:
     host, sep, port = rest.rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]  # an IPv6 address; MASTER_ADDR takes it bare
-    if not sep or not host or any(c in host for c in "/?#@[] ") or not port.isdigit():
+    # The host becomes MASTER_ADDR and a NIC hint: a name or an address, nothing else
+    # (`tcp://h:1:2` would make MASTER_ADDR `h:1`).
+    if not sep or not (is_ip(host) or is_host_name(host)):
         raise bad_value("--init_method", raw, INIT_METHOD_FORM)
-    number = int(port)
-    if not 1 <= number <= 65535:
+    if not is_digits(port) or len(port) > 5 or not 1 <= int(port) <= 65535:
         raise bad_value("--init_method", raw, INIT_METHOD_FORM)
-    return host, number
-
-
-def _int_flag(name: str, raw: str, minimum: int) -> int:
-    # Digits only: int() would also take "1_0" and "+1", which no platform writes.
-    if not raw.strip().isdecimal() or not raw.isascii() or int(raw) < minimum:
-        raise bad_value(name, raw, f"an integer >= {minimum}")
-    return int(raw)
+    return host, int(port)
 
 
 def read_rendezvous(platform: Platform) -> Rendezvous:
@@ -70,10 +68,16 @@ def read_rendezvous(platform: Platform) -> Rendezvous:
     elif raw_rank is None:
         raise bad_value("--world_size", raw_world, "--rank with it (this node's rank), or neither")
     else:
-        nodes = _int_flag("--world_size", raw_world, 1)
-        node_rank = _int_flag("--rank", raw_rank, 0)
+        nodes = parse_int("--world_size", raw_world, 1, MAX_NODES)
+        node_rank = parse_int("--rank", raw_rank, 0, MAX_NODES - 1)
         if node_rank >= nodes:
             raise bad_value("--rank", raw_rank, f"a node rank below --world_size={nodes}")
+    given = platform.given_task_index()
+    if given is not None and raw_rank is not None and given[1] != node_rank:
+        raise InputError(
+            f"--rank={raw_rank!r} but {given[0]}={platform.env[given[0]]!r}: expected this node's "
+            "rank to be its task index (the platform appends --rank from it)"
+        )
     if platform.env.get("MA_NUM_HOSTS"):
         hosts = platform.num_hosts()
         if hosts != nodes:

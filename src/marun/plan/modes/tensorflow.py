@@ -2,7 +2,7 @@
 --job_name J` turned into the `TF_CONFIG` TensorFlow's cluster resolver reads.
 
 On several nodes the platform starts one `ps` and one `worker` container per node and appends
-the four flags to each (seed 004); this container gets one process with
+the four flags to each (docs/platform-contract.md); this container gets one process with
 `TF_CONFIG={"cluster": {...}, "task": {"type": J, "index": I}}`. On one node it appends nothing:
 one process, no TF_CONFIG (name `--mode tensorflow` then; auto mode cannot tell).
 
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from marun.errors import InputError, bad_value
 from marun.inputs.injected import Platform
+from marun.inputs.numbers import MAX_NODES, parse_int
 from marun.inputs.tf_hosts import parse_host_list, split_address
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
 from marun.plan.modes.common import log_dir, script_argv
@@ -95,9 +96,13 @@ def _read_job(platform: Platform) -> tuple[str, int, tuple[str, ...], tuple[str,
             f"--job_name={job!r} but MA_TASK_NAME={task_name!r}: expected the same task name "
             "(the platform appends --job_name from MA_TASK_NAME)"
         )
-    if not raw_index.strip().isdecimal() or not raw_index.isascii():
-        raise bad_value("--task_index", raw_index, "an integer >= 0")
-    index = int(raw_index)
+    index = parse_int("--task_index", raw_index, 0, MAX_NODES * 2)
+    given = platform.given_task_index()
+    if given is not None and given[1] != index:
+        raise InputError(
+            f"--task_index={raw_index!r} but {given[0]}={platform.env[given[0]]!r}: expected the "
+            "same index (the platform appends --task_index from its task index)"
+        )
 
     workers = parse_host_list("--worker_hosts", raw_workers)
     ps = parse_host_list("--ps_hosts", raw_ps) if raw_ps is not None else ()
