@@ -28,7 +28,7 @@ from _common import REPO, Row, load_note, ms, print_rows, standard_args
 SSH_OPTIONS = ["-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes", "-o",
                "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
                "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=10"]  # fmt: skip
-# The options marun's MPI plan gives mpirun (planner.plm_rsh_args), less the key.
+# The options marun's MPI plan gives mpirun (planner.ssh_options), less the key.
 
 
 def _peer_address(i: int) -> str:

@@ -3,10 +3,9 @@ the user's time: `marun run` sits in front of every training process)."""
 
 # No `from __future__ import annotations` here: typer reads these annotations at run time, and
 # marun runs under Python 3.9, where `str | None` cannot be evaluated.
-import os
 import sys
 from enum import Enum
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -73,8 +72,8 @@ LogDirOpt = Annotated[Optional[str], typer.Option("--log-dir", help="per-process
 TfChiefOpt = Annotated[
     Optional[bool], typer.Option("--tf-chief", help="tensorflow: worker 0 becomes the chief")
 ]
-# Supervision options: they change what `run` does, not the plan; `plan` accepts them too, so a
-# `run` command line can be turned into its dry-run by changing one word.
+# Supervision options: part of the plan (its `supervision`), so `plan` shows and checks them exactly
+# as `run` does, and a `run` command line turns into its dry-run by changing one word.
 ConsoleRanksOpt = Annotated[
     Optional[str],
     typer.Option(
@@ -99,6 +98,9 @@ MaxRestartsOpt = Annotated[
         help="MindSpore recovery: restarts per process (default 3)",
     ),
 ]
+SuperviseOpt = Annotated[
+    bool, typer.Option("--supervise", help="supervise even a single process, not exec it")
+]
 RecoveryWaitOpt = Annotated[
     Optional[str],
     typer.Option(
@@ -109,27 +111,7 @@ RecoveryWaitOpt = Annotated[
 ]
 
 
-def _platform_and_plan(
-    command: Optional[list[str]],
-    mode: Mode,
-    config: Optional[str],
-    all_nodes: bool,
-    cli_settings: "dict[str, Any]",
-) -> Any:
-    from dataclasses import replace
-
-    from marun.inputs.injected import read_platform
-    from marun.inputs.settings import load_settings
-    from marun.plan.modes import build_plan
-
-    env = dict(os.environ)
-    cwd = os.getcwd()
-    loaded = load_settings(cli_settings, env, cwd, config)
-    platform = replace(read_platform(command or [], env, cwd, loaded.settings), dry_run=True)
-    return platform, build_plan(mode.value, platform, all_nodes)
-
-
-def _setting_options(params: "dict[str, Any]") -> "dict[str, Any]":
+def _setting_options(params: "dict[str, object]") -> "dict[str, object]":
     """A command's settings options by name, from its parameters (None: not given)."""
     return {name: params[name] for name in SETTING_OPTIONS if name in params}
 
@@ -158,19 +140,18 @@ def plan(
     grace_period: GraceOpt = None,
     max_restarts: MaxRestartsOpt = None,
     recovery_wait: RecoveryWaitOpt = None,
+    supervise: SuperviseOpt = False,
 ) -> None:
     """Print what `marun run` would start with these inputs (nothing is started; a name that
     does not resolve yet is not waited for)."""
+    from marun.plan.modes import plan_from_environment
     from marun.plan.render import render
 
-    _, launch_plan = _platform_and_plan(
-        command,
-        mode,
-        config,
-        all_nodes,
-        _setting_options(locals()),
-    )
     chosen = fmt.value if fmt else ("table" if sys.stdout.isatty() else "json")
+    settings = _setting_options(locals())
+    launch_plan = plan_from_environment(
+        command or [], mode.value, config, settings, all_nodes, supervise, dry_run=True
+    )
     sys.stdout.write(render(launch_plan, chosen))
 
 
@@ -189,9 +170,7 @@ def run(
     grace_period: GraceOpt = None,
     max_restarts: MaxRestartsOpt = None,
     recovery_wait: RecoveryWaitOpt = None,
-    supervise: Annotated[
-        bool, typer.Option("--supervise", help="supervise even a single process, not exec it")
-    ] = False,
+    supervise: SuperviseOpt = False,
 ) -> None:
     """Start this node's part of the job, supervise it, and exit with its status."""
     from marun.runtime.start import run_node
@@ -227,44 +206,18 @@ def simulate(
 ) -> None:
     """Run a whole job on this machine: per node exactly what the platform injects, one
     `marun run` each on 127.0.0.1; exit with the job's status."""
-    from dataclasses import replace
+    from marun.sim.simulate import SimulateRequest, simulate
 
-    from marun.inputs.injected import read_platform
-    from marun.inputs.settings import load_settings
-    from marun.plan.modes import build_plan
-    from marun.plan.render import render_table
-    from marun.runtime.output import Console
-    from marun.runtime.supervisor import Supervisor, options_from_settings
-    from marun.sim.simulate import inner_platform, simulation_plan, write_inputs
-
-    env = dict(os.environ)
-    cwd = os.getcwd()
-    cli_settings = {
-        "log_dir": log_dir,
-        "tf_chief": tf_chief,
-        "console_ranks": console_ranks,
-        "grace_period": grace_period,
-    }
-    settings = load_settings(cli_settings, env, cwd, config).settings
-    platform = read_platform(command or [], env, cwd, settings)
-    inner_options = ["--tf-chief"] if settings.tf_chief else []
-    if settings.console_ranks:
-        inner_options += ["--console-ranks", ",".join(settings.console_ranks)]
-    if grace_period is not None:
-        inner_options += ["--grace-period", str(grace_period)]
-    if mode is SimMode.mpi:
-        from marun.sim.simulate import run_mpi_simulation
-
-        options = replace(options_from_settings(settings, None), prefix_output=False)
-        raise typer.Exit(run_mpi_simulation(platform, nodes, devices, inner_options, options))
-    outer, boxes, sim_dir = simulation_plan(platform, mode.value, nodes, devices, inner_options)
-    write_inputs(mode.value, nodes, devices, sim_dir)
-    if show_plan:
-        job = build_plan(mode.value, inner_platform(platform, boxes[0]), all_nodes=True)
-        sys.stdout.write(render_table(job) + "\n")
-        sys.stdout.flush()
-    options = replace(options_from_settings(settings, sim_dir), prefix_output=False)
-    raise typer.Exit(Supervisor(outer, outer.nodes[0], options, Console()).run())
+    request = SimulateRequest(
+        command=tuple(command or ()),
+        mode=mode.value,
+        nodes=nodes,
+        devices=devices,
+        config=config,
+        settings=_setting_options(locals()),
+        show_plan=show_plan,
+    )
+    raise typer.Exit(simulate(request))
 
 
 @app.command()
@@ -282,24 +235,12 @@ def doctor(
 ) -> None:
     """Preflight: Python, dependencies, framework, mpirun/sshd, ssh keys, NICs, host name,
     rank table, ports. Exit 1 when a check fails."""
-    from marun.doctor import exit_code, render_checks, run_checks
-    from marun.inputs.injected import read_platform
-    from marun.inputs.settings import load_settings
-    from marun.plan.modes import detect_mode
+    from marun.doctor import doctor_here
 
-    env = dict(os.environ)
-    cwd = os.getcwd()
-    platform = read_platform([], env, cwd, load_settings({"nic": nic}, env, cwd, config).settings)
-    chosen = mode.value if mode else None
-    if chosen == "auto":
-        try:
-            chosen = detect_mode(platform)
-        except MarunError:
-            chosen = None
-    checks = run_checks(platform, chosen)
     out_fmt = fmt.value if fmt else ("table" if sys.stdout.isatty() else "json")
-    sys.stdout.write(render_checks(checks, "json" if out_fmt == "json" else "table"))
-    raise typer.Exit(exit_code(checks))
+    text, code = doctor_here(mode.value if mode else None, config, nic, out_fmt)
+    sys.stdout.write(text)
+    raise typer.Exit(code)
 
 
 def _print_version(value: bool) -> None:

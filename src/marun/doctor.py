@@ -8,6 +8,7 @@ mindspore takes seconds) and nothing is started.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -289,3 +290,23 @@ def render_checks(checks: Sequence[Check], fmt: str) -> str:
 
 def exit_code(checks: Sequence[Check]) -> int:
     return 1 if any(c.status == FAIL for c in checks) else 0
+
+
+def doctor_here(mode: str | None, config: str | None, nic: str | None, fmt: str) -> tuple[str, int]:
+    """`marun doctor` on this machine: (the report in `fmt`, the exit code). `mode` "auto" is
+    what the platform's hints say, or none when they say nothing."""
+    from marun.errors import MarunError
+    from marun.inputs.injected import read_platform
+    from marun.inputs.settings import load_settings
+    from marun.plan.modes import detect_mode
+
+    env = dict(os.environ)
+    cwd = os.getcwd()
+    platform = read_platform([], env, cwd, load_settings({"nic": nic}, env, cwd, config).settings)
+    if mode == "auto":
+        try:
+            mode = detect_mode(platform)
+        except MarunError:
+            mode = None
+    checks = run_checks(platform, mode)
+    return render_checks(checks, "json" if fmt == "json" else "table"), exit_code(checks)

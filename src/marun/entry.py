@@ -24,8 +24,12 @@ def main(argv: list[str] | None = None) -> None:
             except MarunError as exc:
                 sys.stderr.write(f"marun: error: {exc}\n")
                 sys.exit(exc.exit_code)
-            except KeyboardInterrupt:  # Ctrl-C before the job starts: what typer does
-                sys.exit(130)
+            except KeyboardInterrupt:  # Ctrl-C before the job starts: 130, as typer ends it
+                import signal
+
+                from marun.runtime.signals import exit_code_for
+
+                sys.exit(exit_code_for(signal.SIGINT))
             sys.exit(code)
     from marun.cli import main as typer_main
 

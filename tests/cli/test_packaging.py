@@ -48,6 +48,7 @@ def test_wheel_installs_a_working_marun(tmp_path: Path) -> None:
     work.mkdir()
     (work / "train.py").write_text("print('ok')\n")
     env = clean_env({"MA_NUM_GPUS": "2", "MARUN_RUN_DIR": str(tmp_path / "run")})
+    env.pop("PYTHONPATH", None)  # the installed wheel, not a checkout on the path
     for argv in (
         [str(env_dir / "bin" / "marun"), "version"],
         [str(env_dir / "bin" / "python"), "-m", "marun", "version"],

@@ -47,6 +47,25 @@ def test_pytorch_two_nodes_two_devices(job: Path) -> None:
     assert "mode: pytorch   nodes: 2   processes: 4" in res.stdout  # the plan table comes first
 
 
+def test_console_ranks_select_ranks_across_the_simulated_nodes(job: Path) -> None:
+    """Each inner `marun run` selects its ranks' lines; the outer supervisor shows whatever they
+    print (its processes are nodes, not ranks: selecting among them would hide everything)."""
+    args = ["--mode", "pytorch", "--console-ranks", "0,3", "--no-show-plan"]
+    res = run_marun(["simulate", *args, "--", "job.py"], cwd=job)
+    assert res.returncode == 0, res.stderr
+    assert [label for label, _ in envs(res.stdout)] == ["0:0", "1:3"]
+
+
+def test_simulate_refuses_bad_supervision_settings(job: Path) -> None:
+    res = run_marun(
+        ["simulate", "--mode", "pytorch", "--grace-period", "nan", "--", "job.py"], cwd=job
+    )
+    assert res.returncode == 2
+    assert res.stderr.startswith("marun: error: ") and res.stderr.count("\n") == 1
+    assert "grace" in res.stderr and "nan" in res.stderr
+    assert res.stdout == ""
+
+
 def test_mindspore_scheduler_and_workers(job: Path) -> None:
     res = run_marun(
         ["simulate", "--mode", "mindspore", "--devices", "1", "--no-show-plan", "--", "job.py"],

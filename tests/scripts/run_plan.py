@@ -2,15 +2,20 @@
 
 Usage: run_plan.py PLAN.json [--exec]
 PLAN.json holds `{"mode", "node": {"index", "host"}, "processes": [ProcessSpec fields]}`.
-Without --exec the node is supervised even when it holds one process. Settings come from the
-environment (MARUN_GRACE_PERIOD, ...), as for the CLI.
+Without --exec the node is supervised even when it holds one process. Supervision settings come
+from the environment (MARUN_GRACE_PERIOD, ...), as for the CLI.
 """
 
 import json
+import os
 import sys
+from dataclasses import replace
 
 from marun.errors import MarunError
+from marun.inputs.injected import read_platform
+from marun.inputs.settings import load_settings
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
+from marun.plan.modes.common import supervision
 from marun.runtime.execute import execute
 
 
@@ -19,9 +24,14 @@ def main():
         data = json.load(fh)
     processes = tuple(ProcessSpec(**{**p, "argv": tuple(p["argv"])}) for p in data["processes"])
     node = NodePlan(index=data["node"]["index"], host=data["node"]["host"], processes=processes)
-    plan = LaunchPlan(data.get("mode", "test"), (node,))
     try:
-        code = execute(plan, supervise="--exec" not in sys.argv[2:])
+        env, cwd = dict(os.environ), os.getcwd()
+        platform = read_platform([], env, cwd, load_settings({}, env, cwd).settings)
+        watching = supervision(platform, always_supervise="--exec" not in sys.argv[2:])
+        # result.json next to the first process's log, as before the plan named a directory
+        watching = replace(watching, record_dir=None)
+        plan = LaunchPlan(data.get("mode", "test"), (node,), supervision=watching)
+        code = execute(plan)
     except MarunError as exc:
         sys.stderr.write(f"marun: error: {exc}\n")
         sys.exit(exc.exit_code)

@@ -31,7 +31,10 @@ def _plan(script: Path, env: dict[str, str], *options: str, code: int = 0) -> di
         cwd=script.parent,
     )
     assert res.returncode == code, res.stderr
-    return json.loads(res.stdout)  # type: ignore[no-any-return]
+    data: dict[str, Any] = json.loads(res.stdout)
+    # The supervision settings (defaults here) are tested with the CLI; these tests are the layout.
+    assert data.pop("supervision")["grace_period"] == 30.0
+    return data
 
 
 def _proc(
@@ -62,6 +65,7 @@ def _proc(
         "role": "worker",
         "rank": rank,
         "daemon": False,
+        "restart_on_failure": False,
     }
 
 

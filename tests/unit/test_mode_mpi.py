@@ -1,5 +1,5 @@
 """MPI mode's plan, through the real CLI: sshd (through marun.mpi.sshd_bootstrap) on every node, the
-hostfile and mpi-launcher (with mpirun's argv) on node 0, mpi-follower on the others.
+hostfile and mpi-leader (with mpirun's argv) on node 0, mpi-follower on the others.
 
 The environment is the platform's own (MA_VJ_NAME, MA_TASK_NAME=worker, VC_TASK_INDEX,
 MA_NUM_HOSTS, MA_NUM_GPUS, VC_WORKER_HOSTS or a Volcano .host file). Nothing here is mocked
@@ -57,7 +57,8 @@ def platform_env(job: Path, hosts: int, gpus: int, index: int = 0, **extra: str)
         "MA_NUM_HOSTS": str(hosts),
         "MA_NUM_GPUS": str(gpus),
         "LD_LIBRARY_PATH": str(job / "lib"),
-        "PYTHONPATH": str(job / "lib"),
+        # The checkout's own marun first: the plan is made by the code under test.
+        "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{job / 'lib'}",
         "MARUN_RUN_DIR": str(job / "run"),
         "MARUN_SSH_DIR": str(job / "ssh"),
         "MARUN_VOLCANO_DIR": str(job / "volcano"),
@@ -86,20 +87,30 @@ def procs_of(node: Mapping[str, Any]) -> dict[str, Any]:
     return {p["name"]: p for p in node["processes"]}
 
 
-def launcher_argv(job: Path, hosts: int, mpirun: list[str]) -> list[str]:
+def ssh_words(key: str, port: int = 36666) -> list[str]:
+    """The ssh options mpirun and the leader use, word by word."""
+    return [
+        *("-p", str(port), "-i", key, "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes"),
+        *("-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"),
+        *("-o", "LogLevel=ERROR", "-o", "ConnectTimeout=10"),
+    ]
+
+
+def leader_argv(job: Path, hosts: int, mpirun: list[str], key: str) -> list[str]:
     run = job / "run" / JOB
+    peers = ["--watch-port", "36667", *(f"--ssh-option={w}" for w in ssh_words(key))]
     return [
         *(sys.executable, "-m", "marun.mpi.leader", "--hostfile", f"{run}/hostfile"),
         *("--port", "36666"),
-        *(("--watch-port", "36667") if hosts > 1 else ()),
+        *(peers if hosts > 1 else ()),
         *("--formation-timeout", "600", "--"),
         *mpirun,
     ]
 
 
-def mpirun_of(launcher: list[str]) -> list[str]:
-    """The mpirun argv the launcher runs: everything after its `--`."""
-    return launcher[launcher.index("--") + 1 :]
+def mpirun_of(leader: list[str]) -> list[str]:
+    """The mpirun argv the leader runs: everything after its `--`."""
+    return leader[leader.index("--") + 1 :]
 
 
 def expected_mpirun(
@@ -113,8 +124,7 @@ def expected_mpirun(
         *("--hostfile", f"{run}/hostfile"),
         "--mca",
         "plm_rsh_args",
-        f"-p 36666 -i {key} -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=no "
-        "-o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o ConnectTimeout=10",
+        " ".join(ssh_words(key)),
         "--allow-run-as-root",  # these tests run as root; the non-root case is below
         *("--bind-to", "none", "--map-by", "slot"),
         *("--mca", "pml", "ob1", "--mca", "btl", "^openib"),
@@ -167,19 +177,19 @@ def test_all_nodes_plan(
     assert files_of(node0)["hostfile"] == "".join(f"{h} slots={slots}\n" for h in expected_hosts)
     assert [f["path"] for f in node0["files"]] == [f"{run}/sshd_config", f"{run}/hostfile"]
     procs = procs_of(node0)
-    assert list(procs) == ["sshd", "mpi-launcher"]
+    assert list(procs) == ["sshd", "mpi-leader"]
     forwarded = ["PATH", "LD_LIBRARY_PATH", "PYTHONPATH"]
     forwarded += ["MA_NUM_GPUS", "MA_NUM_HOSTS", "MA_TASK_NAME", "MA_VJ_NAME"]
     forwarded += ["VC_WORKER_HOSTS"] if source == "VC_WORKER_HOSTS" else []
     mpirun = expected_mpirun(
         job, hosts * slots, str(job / "ssh" / "id_rsa"), forwarded, tail=("--epochs", "3")
     )
-    launcher = procs["mpi-launcher"]
-    assert launcher["argv"] == launcher_argv(job, hosts, mpirun)
-    assert (launcher["role"], launcher["rank"], launcher["daemon"]) == ("mpirun", None, False)
-    assert launcher["env"] == {}
-    assert launcher["log"] == str(job / "marun_logs" / "mpirun.log")
-    assert launcher["cwd"] == str(job)
+    leader = procs["mpi-leader"]
+    assert leader["argv"] == leader_argv(job, hosts, mpirun, str(job / "ssh" / "id_rsa"))
+    assert (leader["role"], leader["rank"], leader["daemon"]) == ("leader", None, False)
+    assert leader["env"] == {}
+    assert leader["log"] == str(job / "marun_logs" / "mpirun.log")
+    assert leader["cwd"] == str(job)
 
     for node in data["nodes"]:
         sshd = procs_of(node)["sshd"]
@@ -203,7 +213,7 @@ def test_all_nodes_plan(
         assert follower["log"] == str(job / "marun_logs" / "mpi-follower.log")
 
     notes = " ".join(data["notes"])
-    assert ("mpi-launcher first forms the cluster" in notes) == (hosts > 1)
+    assert ("mpi-leader first forms the cluster" in notes) == (hosts > 1)
     assert ("nodes 1-" in notes) == (hosts > 2)
     assert ("node 1 runs sshd and mpi-follower" in notes) == (hosts == 2)
     assert "no client key" not in notes
@@ -236,7 +246,7 @@ def test_single_node_without_a_mounted_key_uses_a_per_job_key(job: Path) -> None
         (job / "ssh" / name).unlink()
     data = plan_json(job, platform_env(job, 1, 2))
     run = job / "run" / JOB
-    argv = mpirun_of(procs_of(data["nodes"][0])["mpi-launcher"]["argv"])
+    argv = mpirun_of(procs_of(data["nodes"][0])["mpi-leader"]["argv"])
     assert argv[argv.index("plm_rsh_args") + 1].startswith(f"-p 36666 -i {run}/id_ed25519 ")
     assert _sshd_options(data["nodes"][0]) == ["--new-identity", f"{run}/id_ed25519"]
     assert any(f"per-job key at {run}/id_ed25519" in n for n in data["notes"])
@@ -295,7 +305,7 @@ def test_nic_from_ma_current_ip_and_node_local_vars_stay_home(job: Path) -> None
     """No configured NIC: MA_CURRENT_IP picks the interface holding it. Variables that are this
     node's own (its index, its address) are never shipped to the other nodes' ranks."""
     env = platform_env(job, 2, 1, MARUN_NIC="", MA_CURRENT_IP="127.0.0.1", VK_TASK_INDEX="0")
-    argv = mpirun_of(procs_of(plan_json(job, env)["nodes"][0])["mpi-launcher"]["argv"])
+    argv = mpirun_of(procs_of(plan_json(job, env)["nodes"][0])["mpi-leader"]["argv"])
     assert argv[argv.index("btl_tcp_if_include") + 1] == "lo"
     assert "NCCL_SOCKET_IFNAME=lo" in argv
     shipped = {argv[i + 1] for i, w in enumerate(argv) if w == "-x"}
@@ -305,7 +315,7 @@ def test_nic_from_ma_current_ip_and_node_local_vars_stay_home(job: Path) -> None
 
 def test_users_nccl_socket_ifname_is_forwarded_by_name(job: Path) -> None:
     env = platform_env(job, 2, 1, NCCL_SOCKET_IFNAME="ib0")
-    argv = mpirun_of(procs_of(plan_json(job, env)["nodes"][0])["mpi-launcher"]["argv"])
+    argv = mpirun_of(procs_of(plan_json(job, env)["nodes"][0])["mpi-leader"]["argv"])
     assert argv.count("NCCL_SOCKET_IFNAME") == 1
     assert not any(w.startswith("NCCL_SOCKET_IFNAME=") for w in argv)
 
@@ -315,7 +325,7 @@ def test_extra_args_replace_marun_defaults(job: Path) -> None:
     twice), and go before the script."""
     extra = "--mca btl tcp,self --bind-to core -x PATH --display-map"
     env = platform_env(job, 2, 1, MARUN_MPIRUN_EXTRA_ARGS=extra)
-    argv = mpirun_of(procs_of(plan_json(job, env)["nodes"][0])["mpi-launcher"]["argv"])
+    argv = mpirun_of(procs_of(plan_json(job, env)["nodes"][0])["mpi-leader"]["argv"])
     assert "^openib" not in argv
     assert argv.count("--bind-to") == 1
     assert argv.count("PATH") == 1
@@ -333,7 +343,7 @@ def test_large_jobs(job: Path, hosts: int, concurrent: str | None, startups: str
     every node's handshake at once."""
     names = ",".join(f"w{i}.job" for i in range(hosts))
     data = plan_json(job, platform_env(job, hosts, 8, VC_WORKER_HOSTS=names))
-    argv = mpirun_of(procs_of(data["nodes"][0])["mpi-launcher"]["argv"])
+    argv = mpirun_of(procs_of(data["nodes"][0])["mpi-leader"]["argv"])
     assert argv[argv.index("-np") + 1] == str(hosts * 8)
     if concurrent is None:
         assert "plm_rsh_num_concurrent" not in argv
@@ -372,7 +382,7 @@ def test_sshd_config_content(job: Path) -> None:
         "LD_LIBRARY_PATH=/opt/my libs",
     ]
     assert "$" not in text
-    argv = mpirun_of(procs_of(data["nodes"][0])["mpi-launcher"]["argv"])
+    argv = mpirun_of(procs_of(data["nodes"][0])["mpi-leader"]["argv"])
     assert argv[argv.index("plm_rsh_args") + 1].startswith("-p 2222 ")
 
 
@@ -400,7 +410,7 @@ def test_secrets_travel_by_name_only(job: Path, fmt: str) -> None:
         assert "-x OBS_SECRET_ACCESS_KEY " in res.stdout
     else:
         data = json.loads(res.stdout) if fmt == "json" else yaml.safe_load(res.stdout)
-        argv = mpirun_of(procs_of(data["nodes"][0])["mpi-launcher"]["argv"])
+        argv = mpirun_of(procs_of(data["nodes"][0])["mpi-leader"]["argv"])
         shipped = [argv[i + 1] for i, w in enumerate(argv) if w == "-x"]
         assert "OBS_SECRET_ACCESS_KEY" in shipped
         assert not any("=" in s and not s.startswith("NCCL_SOCKET_IFNAME=") for s in shipped)
@@ -627,7 +637,7 @@ def test_real_sshd_accepts_the_config(rendered: tuple[dict[str, Any], Path]) -> 
         "setenv LD_LIBRARY_PATH=/opt/my libs",
     ]:
         assert line in effective
-    argv = mpirun_of(procs_of(data["nodes"][0])["mpi-launcher"]["argv"])
+    argv = mpirun_of(procs_of(data["nodes"][0])["mpi-leader"]["argv"])
     port = argv[argv.index("plm_rsh_args") + 1].split()[1]
     assert f"port {port}" in effective
 
@@ -639,7 +649,7 @@ def test_real_sshd_lets_mpiruns_ssh_in_and_refuses_passwords(
     """Start sshd from the rendered config and log in with exactly the ssh options the plan
     gives mpirun (plm_rsh_args); a password-only client is refused."""
     data, config = rendered
-    argv = mpirun_of(procs_of(data["nodes"][0])["mpi-launcher"]["argv"])
+    argv = mpirun_of(procs_of(data["nodes"][0])["mpi-leader"]["argv"])
     rsh = argv[argv.index("plm_rsh_args") + 1].split()
     port = int(rsh[1])
     sshd = subprocess.Popen(_sshd_cmd(str(config), "-D", "-e"), stderr=subprocess.PIPE, text=True)
@@ -682,9 +692,9 @@ def test_real_sshd_lets_mpiruns_ssh_in_and_refuses_passwords(
 
 @pytest.mark.e2e
 def test_real_mpirun_takes_the_planned_argv(job: Path) -> None:
-    """One node, two slots: the planned mpi-launcher runs Open MPI 4 with the planned argv as is
+    """One node, two slots: the planned mpi-leader runs Open MPI 4 with the planned argv as is
     (every flag and MCA name is one it knows) from the planned hostfile; no ssh is involved on a
-    single node, and the launcher forms no cluster."""
+    single node, and the leader forms no cluster."""
     if shutil.which("mpirun") is None:
         pytest.skip("Open MPI's mpirun is not installed")
     # One write per line: --tag-output tags each chunk Open MPI reads, so `print(a, b)` under
@@ -699,7 +709,7 @@ def test_real_mpirun_takes_the_planned_argv(job: Path) -> None:
     hostfile = next(f for f in node["files"] if f["path"].endswith("/hostfile"))
     Path(hostfile["path"]).parent.mkdir(parents=True)
     Path(hostfile["path"]).write_text(hostfile["content"])
-    argv = procs_of(node)["mpi-launcher"]["argv"]
+    argv = procs_of(node)["mpi-leader"]["argv"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MA_", "OMPI_"))}
     env.update({"MA_VJ_NAME": JOB, "MA_NUM_HOSTS": "1", "MA_NUM_GPUS": "2"})
     res = subprocess.run(

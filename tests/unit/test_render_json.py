@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 from typing import Any
@@ -53,11 +54,16 @@ def test_random_structures_as_json_writes_them() -> None:
         assert indented_json(value) == json.dumps(value, indent=2)
 
 
-def test_floats_and_other_types_are_left_to_json() -> None:
+def test_finite_floats_as_json_writes_them_and_other_types_are_left_to_json() -> None:
+    """Finite floats are written here (every plan has some: its supervision's seconds), as
+    json writes them; nan, inf and non-string keys go to the json module."""
     from marun.plan import render
 
-    with pytest.raises(render._NotPlain):
-        indented_json({"f": 1.5})
+    for value in (1.5, 30.0, 0.1, 1e-7, 1e22, -2.5e-5, 0.30000000000000004):
+        assert indented_json({"f": value}) == json.dumps({"f": value}, indent=2)
+    for odd in (math.nan, math.inf):
+        with pytest.raises(render._NotPlain):
+            indented_json({"f": odd})
     with pytest.raises(render._NotPlain):
         indented_json({1: "int key"})
 

@@ -1,4 +1,5 @@
-"""The other nodes' agent in MPI mode: wait for node 0's verdict on the job and exit with it.
+"""MPI mode's follower (the `mpi-follower` process of every node but node 0): wait for the
+leader's verdict on the job and exit with it.
 
     python -m marun.mpi.follower wait --run-dir R --leader HOST0 --watch-port 36667
         --formation-timeout 600 --peer-timeout 60
@@ -11,7 +12,7 @@ its sshd_config), so node 0 need not know this node's paths. `wait` polls that f
 with the status in it: 0 when the job succeeded, mpirun's status (a rank's exit code), 128+N
 when signal N stopped node 0, 1 when the cluster did not form.
 
-How this node notices that node 0 is gone: it connects to node 0's watch port (the launcher
+How this node notices that node 0 is gone: it connects to node 0's watch port (the leader
 accepts and hangs up) every few seconds. Node 0 silent or refusing for `--peer-timeout` seconds
 after it had answered, or never answering within `--formation-timeout` + `--peer-timeout`: exit 1
 with what was seen. No sleep-forever, no pkill, no looking for orted.
@@ -23,18 +24,16 @@ import argparse
 import contextlib
 import json
 import os
-import signal
 import sys
 import time
 from collections.abc import Sequence
-from types import FrameType
 
 from marun._files import atomic_write
 from marun.mpi.run_dir import JOB_STATUS, RUN_DIR_VAR
+from marun.runtime.signals import StopFlag
 
 EXIT_LEADER_LOST = 1
 POLL = 0.1  # how often the status file is looked at
-STOPPING = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
 
 def say(text: str) -> None:
@@ -83,7 +82,7 @@ def notify(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- wait: this node's agent ------------------------------------------------------------------
+# -- wait: this node's follower ---------------------------------------------------------------
 
 
 def leader_answers(host: str, port: int, timeout: float) -> str | None:
@@ -97,29 +96,19 @@ def leader_answers(host: str, port: int, timeout: float) -> str | None:
     return None
 
 
-class _Stop(Exception):
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _raise_stop(signum: int, frame: FrameType | None) -> None:
-    raise _Stop(signum)
-
-
 def wait(args: argparse.Namespace) -> int:
-    for signum in STOPPING:
-        signal.signal(signum, _raise_stop)
-    for signum in (signal.SIGUSR1, signal.SIGUSR2):
-        signal.signal(signum, lambda *_: None)
-    try:
-        return _wait(args)
-    except _Stop as stop:
-        say(f"stopped by {signal.Signals(stop.signum).name} while waiting for node 0")
-        return 128 + stop.signum
+    stop = StopFlag()
+    status = _wait(args, stop)
+    code = stop.exit_code()
+    if code is not None:
+        say(f"stopped by {stop.name()} while waiting for node 0")
+        return code
+    return status
 
 
-def _wait(args: argparse.Namespace) -> int:
+def _wait(args: argparse.Namespace, stop: StopFlag) -> int:
+    """The job's status as node 0 reports it, EXIT_LEADER_LOST, or anything once `stop` is set
+    (the caller then exits 128+N)."""
     path = os.path.join(args.run_dir, JOB_STATUS)
     # A status left by an earlier start of this container is not this job's. Node 0 can only
     # write one after this node's sshd (started with this process) let it in for a whole job.
@@ -132,7 +121,7 @@ def _wait(args: argparse.Namespace) -> int:
     seen_at: float | None = None
     next_probe = started
     say(f"waiting for {leader} to run the job (watching its port {args.watch_port})")
-    while True:
+    while not stop.event.is_set():
         verdict = read_status(path)
         if verdict is not None:
             status, reason = verdict
@@ -163,13 +152,14 @@ def _wait(args: argparse.Namespace) -> int:
                     f"peer_timeout; last: {problem}): giving up"
                 )
                 return EXIT_LEADER_LOST
-        time.sleep(POLL)
+        stop.event.wait(POLL)
+    return EXIT_LEADER_LOST
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m marun.mpi.follower")
     sub = parser.add_subparsers(dest="command", required=True)
-    waiting = sub.add_parser("wait", help="this node's agent: exit with the job's status")
+    waiting = sub.add_parser("wait", help="this node's follower: exit with the job's status")
     waiting.add_argument("--run-dir", required=True)
     waiting.add_argument("--leader", required=True, help="node 0's host name")
     waiting.add_argument("--watch-port", type=int, required=True)

@@ -1,5 +1,5 @@
-"""Command lines of marun's helper processes (`python -m marun.mpi.sshd_bootstrap`, `mpi_launcher`):
-their own options, then `--`, then the command they run."""
+"""Command lines of marun's helper processes (`python -m marun.mpi.sshd_bootstrap`,
+`python -m marun.mpi.leader`): their own options, then `--`, then the command they run."""
 
 from __future__ import annotations
 

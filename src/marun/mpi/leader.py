@@ -1,18 +1,20 @@
-"""Node 0's agent in MPI mode: form the cluster, run mpirun, tell every node how the job ended.
+"""MPI mode's leader (node 0's `mpi-leader` process): form the cluster, run mpirun, tell every
+follower how the job ended.
 
     python -m marun.mpi.leader --hostfile R/hostfile --port 36666 --formation-timeout 600
-        [--watch-port 36667] -- mpirun ... SCRIPT ARGS...
+        [--watch-port 36667 --ssh-option=-p --ssh-option=36666 ...] -- mpirun ... SCRIPT ARGS...
 
 1. Listens on the watch port (when given): the other nodes connect to it now and then to know
    node 0 is alive; it only accepts and hangs up.
 2. Forms the cluster (marun.mpi.formation): every host of the planned hostfile resolved and
-   every peer's sshd letting node 0 in, with the ssh options mpirun will use (its
-   `plm_rsh_args`), all in parallel, within `--formation-timeout`.
+   every peer's sshd letting node 0 in, with the ssh options mpirun will use (the planner gives
+   the words of its `plm_rsh_args` as `--ssh-option`s), all in parallel, within
+   `--formation-timeout`.
 3. Rewrites the hostfile with the addresses (`<addr> slots=<n>`), so Open MPI never waits on
    DNS, and runs mpirun as its child, in its own process group: a signal the supervisor relays to
    the group reaches mpirun too, which stops the ranks on every node. mpirun's stderr passes
    through unchanged; its report of the first failing rank is picked out of it.
-4. Tells every other node the job's status over ssh (`python -m marun.mpi.follower notify`),
+4. Tells every follower node the job's status over ssh (`python -m marun.mpi.follower notify`),
    each node's own follower then exits with it, and exits with that status itself: mpirun's
    (a rank's exit code comes back through it), 128+N when signal N stopped the job, 1 when the
    cluster did not form (then the nodes that could be reached are told to stop).
@@ -25,24 +27,21 @@ import contextlib
 import os
 import re
 import shlex
-import signal
 import socket
 import subprocess
 import sys
 import threading
 from collections.abc import Sequence
-from types import FrameType
 
 from marun._files import atomic_write, write_all
 from marun.errors import MarunError, bad_value
+from marun.runtime.signals import StopFlag, exit_code_for
 
 EXIT_NO_CLUSTER = 1
 SHOWN_MISSING = 3  # hosts named in what the other nodes are told when the cluster did not form
 NOTIFY_TIMEOUT = 30.0
 NOTIFY_AT_ONCE = 32
 DRAIN_WAIT = 2.0  # after mpirun ends, how long its stderr may stay open (a rank's daemon)
-STOPPING = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
-PASSED_ON = (signal.SIGUSR1, signal.SIGUSR2)  # mpirun forwards these to the ranks itself
 
 _TAGGED = re.compile(r"^\[\d+,\d+\]<")  # --tag-output: a rank's own line, never mpirun's report
 _PROCESS_NAME = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]")
@@ -80,17 +79,8 @@ def read_hostfile(path: str) -> list[tuple[str, str]]:
 
 
 def write_hostfile(path: str, entries: Sequence[tuple[str, str]]) -> None:
-    atomic_write(path, "".join(f"{host} {rest}".rstrip() + "\n" for host, rest in entries), 0o644)
-
-
-def rsh_args(mpirun_argv: Sequence[str]) -> list[str]:
-    """The ssh options mpirun will use: the last `--mca plm_rsh_args VALUE`, split as Open MPI
-    splits it (at spaces)."""
-    found: list[str] = []
-    for i, word in enumerate(mpirun_argv[:-2]):
-        if word in ("--mca", "-mca") and mpirun_argv[i + 1] == "plm_rsh_args":
-            found = mpirun_argv[i + 2].split()
-    return found
+    text = "".join(f"{host} {rest}".rstrip() + "\n" for host, rest in entries)
+    atomic_write(path, text, 0o644)
 
 
 # -- what mpirun says about the first failure ---------------------------------------------------
@@ -155,7 +145,7 @@ def run_mpirun(argv: Sequence[str]) -> tuple[int, str | None]:
     reader.start()
     code = proc.wait()
     reader.join(DRAIN_WAIT)
-    return (128 - code if code < 0 else code), scanner.first
+    return (exit_code_for(-code) if code < 0 else code), scanner.first
 
 
 # -- the other nodes ----------------------------------------------------------------------------
@@ -237,38 +227,19 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, required=True, help="every node's sshd port")
     parser.add_argument("--formation-timeout", type=float, required=True)
     parser.add_argument("--watch-port", type=int, help="node 0's liveness port")
+    parser.add_argument(
+        "--ssh-option",
+        action="append",
+        default=[],
+        help="one word of the ssh options mpirun uses (its plm_rsh_args), in order",
+    )
     return parser
 
 
-class Signals:
-    """The first stopping signal, caught so that the job's end is still reported to every node.
-    A signal the supervisor relays reaches mpirun by the process group; nothing to pass on."""
-
-    def __init__(self) -> None:
-        self.received: int | None = None
-        self.event = threading.Event()
-        for signum in STOPPING:
-            signal.signal(signum, self._stop)
-        for signum in PASSED_ON:
-            signal.signal(signum, self._ignore)
-
-    def _stop(self, signum: int, frame: FrameType | None) -> None:
-        if self.received is None:
-            self.received = signum
-        self.event.set()
-
-    def _ignore(self, signum: int, frame: FrameType | None) -> None:
-        """Not SIG_IGN: an ignored signal would stay ignored in mpirun and the ranks."""
-
-    def status(self) -> int | None:
-        return None if self.received is None else 128 + self.received
-
-    def name(self) -> str:
-        return signal.Signals(self.received).name if self.received else ""
-
-
 def launch(args: argparse.Namespace, mpirun_argv: Sequence[str]) -> int:
-    signals = Signals()
+    # The first stop signal is kept so the job's end is still reported to every node. A signal
+    # the supervisor relays reaches mpirun by the process group: nothing to pass on.
+    signals = StopFlag()
     entries = read_hostfile(args.hostfile)
     peers: list[tuple[int, str, str]] = []
     ssh_command: list[str] = []
@@ -276,7 +247,7 @@ def launch(args: argparse.Namespace, mpirun_argv: Sequence[str]) -> int:
         from marun.mpi.formation import FormationError
         from marun.mpi.ssh_keys import find_tool
 
-        ssh_command = [find_tool("ssh"), *rsh_args(mpirun_argv)]
+        ssh_command = [find_tool("ssh"), *args.ssh_option]
         try:
             addresses = form_cluster(args, [host for host, _ in entries], ssh_command, signals)
         except FormationError as exc:
@@ -284,11 +255,11 @@ def launch(args: argparse.Namespace, mpirun_argv: Sequence[str]) -> int:
         write_hostfile(args.hostfile, [(a, rest) for a, (_, rest) in zip(addresses, entries)])
         peers = [(i, entries[i][0], addresses[i]) for i in range(1, len(entries))]
     if signals.received is not None:
-        status = signals.status() or EXIT_NO_CLUSTER
+        status = signals.exit_code() or EXIT_NO_CLUSTER
         notify(peers, status, f"node 0 received {signals.name()} before mpirun", ssh_command)
         return status
     code, first = run_mpirun(mpirun_argv)
-    interrupted = signals.status()
+    interrupted = signals.exit_code()
     status = interrupted if interrupted is not None else code
     if interrupted is not None:
         reason = f"node 0 received {signals.name()}; mpirun exited with status {code}"
@@ -303,7 +274,7 @@ def launch(args: argparse.Namespace, mpirun_argv: Sequence[str]) -> int:
 
 
 def form_cluster(
-    args: argparse.Namespace, hosts: Sequence[str], ssh_command: Sequence[str], signals: Signals
+    args: argparse.Namespace, hosts: Sequence[str], ssh_command: Sequence[str], signals: StopFlag
 ) -> list[str]:
     """The hosts' addresses once every peer lets node 0 in. When that does not happen, the
     peers that did are told the job failed, and FormationError carries node 0's exit code."""
@@ -323,7 +294,7 @@ def form_cluster(
     except FormationError as exc:
         say(str(exc))
         if exc.interrupted:
-            status = signals.status() or EXIT_NO_CLUSTER
+            status = signals.exit_code() or EXIT_NO_CLUSTER
             reason = f"node 0 received {signals.name()} during cluster formation"
         else:
             status = EXIT_NO_CLUSTER
@@ -345,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ours, mpirun_argv = split_command(
             sys.argv[1:] if argv is None else argv,
             "python -m marun.mpi.leader --hostfile FILE --port N --formation-timeout S "
-            "[--watch-port N] -- mpirun ...",
+            "[--watch-port N] [--ssh-option=WORD]... -- mpirun ...",
         )
         return launch(_parser().parse_args(ours), mpirun_argv)
     except MarunError as exc:

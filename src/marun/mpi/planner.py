@@ -5,7 +5,7 @@ This module only plans; `marun run` carries the plan out. Every node runs two pr
 - `sshd` (a daemon): `python -m marun.mpi.sshd_bootstrap` makes the run directory private, generates
   the host key (and the per-job client key of a single-node job without a mounted key), refuses
   an sshd whose `sshd -T` accepts passwords, then execs `sshd -D -e -f <run>/sshd_config`.
-- node 0: `mpi-launcher` (`python -m marun.mpi.leader ... -- mpirun ...`) forms the cluster
+- node 0: `mpi-leader` (`python -m marun.mpi.leader ... -- mpirun ...`) forms the cluster
   (every host resolved and every peer's sshd letting node 0 in, all at once, within
   `formation_timeout`), rewrites the hostfile with addresses, runs mpirun, tells every other node
   the job's status over ssh and exits with it.
@@ -15,7 +15,7 @@ This module only plans; `marun run` carries the plan out. Every node runs two pr
 Every generated file lives in the run directory, `<run_dir>/<MA_VJ_NAME or "local">` (file
 names in marun.mpi.run_dir). Choices a reviewer should know:
 - The hostfile in the plan lists host NAMES (`<host> slots=<n>`). Once the cluster has formed,
-  the launcher rewrites it with each host's IPv4 address: Open MPI then never waits on DNS
+  the leader rewrites it with each host's IPv4 address: Open MPI then never waits on DNS
   (Volcano #1972) and has no domain to strip.
 - Variables reach the ranks as `-x NAME` only, never `-x NAME=value`: Open MPI ships the values
   inside its launch message to each node's orted, so no value appears in an argv, in `ps` or in
@@ -25,17 +25,22 @@ names in marun.mpi.run_dir). Choices a reviewer should know:
   overwrite each node's own), nor Open MPI's own OMPI_/PMIX_ variables. A secret the ranks need
   is forwarded when named in full in `mpi_forward_env`, still by name only.
 - `plm_rsh_no_tree_spawn 1` always: mpirun itself sshes to every node, so the only ssh path the
-  job needs is node 0 -> each node, which is exactly what mpi-launcher checks before starting
+  job needs is node 0 -> each node, which is exactly what mpi-leader checks before starting
   mpirun; a tree spawn would also need every node to reach every other with a key only node 0
   may hold. From 64 hosts up (horovodrun's threshold) `plm_rsh_num_concurrent <hosts>` lets all
   launches run at once instead of 128 at a time, as horovodrun does.
 - The other nodes learn how the job ended from node 0 over ssh (`mpi_follower notify`, the same
   authenticated login mpirun uses) and watch that node 0 lives on `mpi_watch_port`, where the
-  launcher accepts and hangs up. Watching node 0's sshd port instead would put two lines into
+  leader accepts and hangs up. Watching node 0's sshd port instead would put two lines into
   node 0's sshd log, and console, for every look of every node.
 - Several nodes need the platform's key (`id_rsa` with `authorized_keys` or `id_rsa.pub` in
   `ssh_dir`): a per-job key would exist on node 0 only. Its absence, or a key of ours that others
   can read (ssh ignores it), is bad input, found before anything starts.
+- The ssh options are one tuple (`ssh_options`): mpirun gets them as the single string its
+  `plm_rsh_args` must be (built here, with shlex.join, and never parsed back), the leader as one
+  `--ssh-option=WORD` each, to check each peer with exactly the ssh mpirun will run. Paths in them
+  are refused unless they need no quoting: Open MPI splits that string at spaces and would pass
+  quotes on to ssh.
 - Options given in `mpirun_extra_args` replace marun's own (an `--mca NAME`, `-x NAME`,
   `--bind-to`, `--map-by` there drops marun's): Open MPI refuses an MCA parameter given twice,
   and a site must be able to override a default (sagemaker-training-toolkit #70). `-np` and the
@@ -88,7 +93,7 @@ _FLAGS.update(
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _JOB = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _HOST = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*")
-_UNSAFE_PATH = re.compile(r"[\s\"'\\]")
+_PLAIN_WORD = re.compile(r"[\w@%+=:,./-]+", re.ASCII)  # what shlex.join leaves unquoted
 
 
 @dataclass(frozen=True)
@@ -141,11 +146,12 @@ class MpiLayout:
 
 
 def _safe_path(setting: str, path: str) -> str:
-    if _UNSAFE_PATH.search(path):
+    if not _PLAIN_WORD.fullmatch(path):
         raise bad_value(
             setting,
             path,
-            "a path without spaces or quotes (Open MPI splits plm_rsh_args at spaces)",
+            "a path of letters, digits and _@%+=:,./- only (it goes into mpirun's plm_rsh_args, "
+            "which Open MPI splits at spaces, passing quotes on to ssh)",
         )
     return path
 
@@ -189,7 +195,7 @@ def check_hosts(platform: Platform, hosts: Sequence[str]) -> tuple[str, ...]:
     return tuple(hosts)
 
 
-def layout(platform: Platform) -> MpiLayout:
+def read_layout(platform: Platform) -> MpiLayout:
     settings = platform.settings
     job = platform.job_name()
     if job is not None and (not _JOB.fullmatch(job) or job in (".", "..")):
@@ -307,30 +313,43 @@ def forwarded_names(platform: Platform) -> tuple[tuple[str, ...], tuple[str, ...
     return unique, tuple(dict.fromkeys(n for n in held if n not in unique))
 
 
-def plm_rsh_args(lay: MpiLayout) -> str:
-    """ssh options for Open MPI's launcher: the port, the key, and never a prompt."""
-    return " ".join(
-        [
-            *("-p", str(lay.port), "-i", lay.client_key),
-            *("-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes"),
-            *("-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"),
-            *("-o", "LogLevel=ERROR", "-o", "ConnectTimeout=10"),
-        ]
+def ssh_options(layout: MpiLayout) -> tuple[str, ...]:
+    """marun's ssh options for mpirun and the leader: the port, the key, and never a prompt."""
+    return (
+        *("-p", str(layout.port), "-i", layout.client_key),
+        *("-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes"),
+        *("-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"),
+        *("-o", "LogLevel=ERROR", "-o", "ConnectTimeout=10"),
     )
+
+
+def plm_rsh_args(options: Sequence[str]) -> str:
+    """The one string mpirun's `--mca plm_rsh_args` takes (the only place it is built)."""
+    return shlex.join(options)
+
+
+def mpirun_ssh_options(extra: Sequence[str], ours: Sequence[str]) -> tuple[str, ...]:
+    """The ssh options mpirun will run with: the last `plm_rsh_args` given in
+    `mpirun_extra_args` (the user's input, split at spaces as Open MPI splits it), else ours."""
+    found: tuple[str, ...] | None = None
+    for i, word in enumerate(extra[:-2]):
+        if word in _MCA and extra[i + 1] == "plm_rsh_args":
+            found = tuple(extra[i + 2].split())
+    return tuple(ours) if found is None else found
 
 
 def mpirun_argv(
     platform: Platform,
-    lay: MpiLayout,
+    layout: MpiLayout,
     nic: Nic,
     forward: Sequence[str],
     user_argv: Sequence[str],
 ) -> tuple[str, ...]:
     extra = platform.settings.mpirun_extra_args
     overridden = extra_overrides(extra)
-    hosts = len(lay.hosts)
+    hosts = len(layout.hosts)
     ours: list[tuple[str, tuple[str, ...]]] = [
-        ("mca:plm_rsh_args", ("--mca", "plm_rsh_args", plm_rsh_args(lay))),
+        ("mca:plm_rsh_args", ("--mca", "plm_rsh_args", plm_rsh_args(ssh_options(layout)))),
     ]
     if platform.is_root():
         ours.append(("allow-run-as-root", ("--allow-run-as-root",)))
@@ -352,7 +371,7 @@ def mpirun_argv(
     nccl = "NCCL_SOCKET_IFNAME"
     ours.append(("x:" + nccl, ("-x", nccl if platform.env.get(nccl) else f"{nccl}={nic.name}")))
     ours += [("x:" + name, ("-x", name)) for name in forward]
-    argv = ["mpirun", "-np", str(hosts * lay.slots), "--hostfile", lay.hostfile]
+    argv = ["mpirun", "-np", str(hosts * layout.slots), "--hostfile", layout.hostfile]
     for key, words in ours:
         if key not in overridden:
             argv += words
@@ -361,26 +380,26 @@ def mpirun_argv(
 
 def _notes(
     platform: Platform,
-    lay: MpiLayout,
+    layout: MpiLayout,
     sshd: str | None,
     nic: Nic | None,
     held: Sequence[str],
 ) -> tuple[str, ...]:
-    hosts = len(lay.hosts)
+    hosts = len(layout.hosts)
     notes: list[str] = []
     if nic is not None and hosts > 1:  # node 0 is in the plan
         notes.append(
-            "hostfile lists host names: mpi-launcher first forms the cluster (every name "
+            "hostfile lists host names: mpi-leader first forms the cluster (every name "
             "resolved and every peer's sshd letting node 0 in with mpirun's own ssh options, "
-            f"all at once, within formation_timeout={lay.formation_timeout:g}s), then writes "
+            f"all at once, within formation_timeout={layout.formation_timeout:g}s), then writes "
             "each host's IPv4 address instead and starts mpirun"
         )
     if hosts > 1:
         others = "node 1 runs" if hosts == 2 else f"nodes 1-{hosts - 1} run"
         notes.append(
             f"{others} sshd and mpi-follower, which exits with the status node 0 reports when "
-            f"mpirun ends, or with 1 when node 0 stops answering on port {lay.watch_port} for "
-            f"peer_timeout={lay.peer_timeout:g}s"
+            f"mpirun ends, or with 1 when node 0 stops answering on port {layout.watch_port} for "
+            f"peer_timeout={layout.peer_timeout:g}s"
         )
         if nic is not None:
             notes.append(
@@ -392,52 +411,52 @@ def _notes(
             "sshd is not on PATH nor in " + ", ".join(SSHD_DIRS) + ": the image needs "
             "openssh-server (the plan shows it as plain 'sshd')"
         )
-    if not lay.platform_key:
-        where = os.path.join(lay.ssh_dir, PLATFORM_KEY)
+    if not layout.platform_key:
+        where = os.path.join(layout.ssh_dir, PLATFORM_KEY)
         notes.append(
-            f"no client key at {where}: marun will generate a per-job key at {lay.client_key} "
-            f"and authorize it in {lay.authorized_keys[1]}"
+            f"no client key at {where}: marun will generate a per-job key at {layout.client_key} "
+            f"and authorize it in {layout.authorized_keys[1]}"
         )
     if held:
         notes.append(
             "not forwarded to the ranks, secret names matched only by a pattern in "
             f"mpi_forward_env: {', '.join(held)} (name one in full to forward it, by name only)"
         )
-    if lay.user is None:
+    if layout.user is None:
         notes.append(f"uid {platform.uid} has no passwd entry: sshd cannot log it in")
     return tuple(notes)
 
 
-def key_options(platform: Platform, lay: MpiLayout, node_0_here: bool) -> tuple[str, ...]:
+def key_options(platform: Platform, layout: MpiLayout, node_0_here: bool) -> tuple[str, ...]:
     """sshd_bootstrap's key options, after checking the keys the platform mounted: a client key
     ssh would refuse, or no way for node 0 to log in to the other nodes, is bad input."""
     from marun.mpi.ssh_keys import check_private_key, check_readable
 
-    hosts = len(lay.hosts)
-    if not lay.platform_key:
+    hosts = len(layout.hosts)
+    if not layout.platform_key:
         if hosts > 1:
             raise bad_value(
                 "ssh_dir",
-                lay.ssh_dir,
+                layout.ssh_dir,
                 f"the platform's ssh key ({PLATFORM_KEY}, {PLATFORM_KEY}.pub, authorized_keys: "
                 f"Volcano's ssh plugin) for a job of {hosts} nodes; set MARUN_SSH_DIR where it "
                 "is mounted",
             )
-        return ("--new-identity", lay.client_key)
+        return ("--new-identity", layout.client_key)
     if node_0_here:
-        check_private_key(lay.client_key, platform.uid)
-    mounted_authorized = lay.authorized_keys[0]
+        check_private_key(layout.client_key, platform.uid)
+    mounted_authorized = layout.authorized_keys[0]
     if os.path.exists(mounted_authorized):
         check_readable(mounted_authorized, "authorized_keys")
         return ()
-    public = lay.client_key + ".pub"
+    public = layout.client_key + ".pub"
     if os.path.exists(public):
         check_readable(public, "public key file")
         return ("--authorize", public)
     if hosts > 1:
         raise bad_value(
             "ssh_dir",
-            lay.ssh_dir,
+            layout.ssh_dir,
             f"authorized_keys or {PLATFORM_KEY}.pub next to {PLATFORM_KEY}: the other nodes "
             "must let node 0's key in",
         )
@@ -445,31 +464,32 @@ def key_options(platform: Platform, lay: MpiLayout, node_0_here: bool) -> tuple[
 
 
 def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
-    lay = layout(platform)
+    layout = read_layout(platform)
     forward, held = forwarded_names(platform)
     extra_overrides(platform.settings.mpirun_extra_args)  # bad input fails on every node
+    rsh_options = mpirun_ssh_options(platform.settings.mpirun_extra_args, ssh_options(layout))
     user_argv = script_argv(platform)
     this_node = platform.node_index()  # checked with --all-nodes too: it is the platform's input
-    indexes = range(len(lay.hosts)) if all_nodes else (this_node,)
+    indexes = range(len(layout.hosts)) if all_nodes else (this_node,)
     nic: Nic | None = None
     if 0 in indexes:
         current = platform.env.get("MA_CURRENT_IP")
         nic = choose_nic(platform.settings.nic, hints=[current] if current else [])
     python = platform.python
-    hosts = len(lay.hosts)
+    hosts = len(layout.hosts)
 
     sshd = find_sshd(platform.env.get("PATH"))
     session = session_env(platform.env)
-    session[run_files.RUN_DIR_VAR] = lay.run_dir
+    session[run_files.RUN_DIR_VAR] = layout.run_dir
     sshd_config = FileSpec(
-        lay.sshd_config,
+        layout.sshd_config,
         render_sshd_config(
-            port=lay.port,
-            host_key=lay.host_key,
-            pid_file=lay.pid_file,
-            authorized_keys=lay.authorized_keys,
+            port=layout.port,
+            host_key=layout.host_key,
+            pid_file=layout.pid_file,
+            authorized_keys=layout.authorized_keys,
             hosts=hosts,
-            user=lay.user,
+            user=layout.user,
             set_env=session,
         ),
         0o644,
@@ -477,13 +497,13 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     sshd_proc = ProcessSpec(
         name="sshd",
         argv=(
-            *(python, "-m", "marun.mpi.sshd_bootstrap", "--run-dir", lay.run_dir),
-            *key_options(platform, lay, 0 in indexes),
-            *("--", sshd or "sshd", "-D", "-e", "-f", lay.sshd_config),
+            *(python, "-m", "marun.mpi.sshd_bootstrap", "--run-dir", layout.run_dir),
+            *key_options(platform, layout, 0 in indexes),
+            *("--", sshd or "sshd", "-D", "-e", "-f", layout.sshd_config),
         ),
         env={},
-        cwd=lay.run_dir,
-        log=lay.sshd_log,
+        cwd=layout.run_dir,
+        log=layout.sshd_log,
         role="sshd",
         daemon=True,
     )
@@ -493,35 +513,40 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
         node_files: tuple[FileSpec, ...] = (sshd_config,)
         if index == 0:
             assert nic is not None
-            node_files += (FileSpec(lay.hostfile, hostfile_content(lay.hosts, lay.slots), 0o644),)
-            watch = ("--watch-port", str(lay.watch_port)) if hosts > 1 else ()
-            agent = ProcessSpec(
-                name="mpi-launcher",
+            node_files += (
+                FileSpec(layout.hostfile, hostfile_content(layout.hosts, layout.slots), 0o644),
+            )
+            peers: tuple[str, ...] = ()
+            if hosts > 1:
+                peers = ("--watch-port", str(layout.watch_port))
+                peers += tuple(f"--ssh-option={word}" for word in rsh_options)
+            helper = ProcessSpec(
+                name="mpi-leader",
                 argv=(
-                    *(python, "-m", "marun.mpi.leader", "--hostfile", lay.hostfile),
-                    *("--port", str(lay.port), *watch),
-                    *("--formation-timeout", f"{lay.formation_timeout:g}"),
+                    *(python, "-m", "marun.mpi.leader", "--hostfile", layout.hostfile),
+                    *("--port", str(layout.port), *peers),
+                    *("--formation-timeout", f"{layout.formation_timeout:g}"),
                     "--",
-                    *mpirun_argv(platform, lay, nic, forward, user_argv),
+                    *mpirun_argv(platform, layout, nic, forward, user_argv),
                 ),
                 env={},
                 cwd=platform.cwd,
                 log=os.path.join(logs, "mpirun.log"),
-                role="mpirun",
+                role="leader",
             )
         else:
-            agent = ProcessSpec(
+            helper = ProcessSpec(
                 name="mpi-follower",
                 argv=(
-                    *(python, "-m", "marun.mpi.follower", "wait", "--run-dir", lay.run_dir),
-                    *("--leader", lay.hosts[0], "--watch-port", str(lay.watch_port)),
-                    *("--formation-timeout", f"{lay.formation_timeout:g}"),
-                    *("--peer-timeout", f"{lay.peer_timeout:g}"),
+                    *(python, "-m", "marun.mpi.follower", "wait", "--run-dir", layout.run_dir),
+                    *("--leader", layout.hosts[0], "--watch-port", str(layout.watch_port)),
+                    *("--formation-timeout", f"{layout.formation_timeout:g}"),
+                    *("--peer-timeout", f"{layout.peer_timeout:g}"),
                 ),
                 env={},
                 cwd=platform.cwd,
                 log=os.path.join(logs, "mpi-follower.log"),
                 role="follower",
             )
-        nodes.append(NodePlan(index, lay.hosts[index], node_files, (sshd_proc, agent)))
-    return LaunchPlan("mpi", tuple(nodes), _notes(platform, lay, sshd, nic, held))
+        nodes.append(NodePlan(index, layout.hosts[index], node_files, (sshd_proc, helper)))
+    return LaunchPlan("mpi", tuple(nodes), _notes(platform, layout, sshd, nic, held))

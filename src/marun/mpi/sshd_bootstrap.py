@@ -10,8 +10,10 @@ signals and exit status are sshd's own), it
 3. with `--new-identity`, generates the per-job client key (single-node jobs without a mounted
    key) and authorizes it; `--authorize` authorizes a mounted `id_rsa.pub` when the platform
    mounted no `authorized_keys`; both go to `R/authorized_keys`;
-4. runs `sshd -T` on the config and refuses to go on if it would accept passwords (as root,
-   creating sshd's missing privilege-separation directory, e.g. /run/sshd, on the way).
+4. runs `sshd -T` on `R/sshd_config` (the config the planner names in sshd's `-f`, both from the
+   same run directory: nothing is read back out of sshd's command line) and refuses to go on if
+   it would accept passwords (as root, creating sshd's missing privilege-separation directory,
+   e.g. /run/sshd, on the way).
 A failure prints one line and exits non-zero (2 for bad input), which fails the node's job.
 """
 
@@ -25,7 +27,7 @@ from collections.abc import Sequence
 
 from marun.errors import MarunError
 from marun.mpi.helper_argv import split_command
-from marun.mpi.run_dir import AUTHORIZED_KEYS, HOST_KEY
+from marun.mpi.run_dir import AUTHORIZED_KEYS, HOST_KEY, SSHD_CONFIG
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,13 +36,6 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--new-identity", help="per-job client key to generate and authorize")
     parser.add_argument("--authorize", action="append", default=[], help="a .pub to authorize")
     return parser
-
-
-def _config_of(sshd_argv: Sequence[str]) -> str:
-    for i, word in enumerate(sshd_argv[:-1]):
-        if word == "-f":
-            return sshd_argv[i + 1]
-    raise MarunError("sshd_bootstrap: expected `-- SSHD ... -f CONFIG`")
 
 
 def prepare(
@@ -58,7 +53,7 @@ def prepare(
         public.append(identity + ".pub")
     if public:
         write_authorized_keys(public, os.path.join(run_dir, AUTHORIZED_KEYS))
-    refuse_password_logins(sshd_argv[0], _config_of(sshd_argv))
+    refuse_password_logins(sshd_argv[0], os.path.join(run_dir, SSHD_CONFIG))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,22 +1,27 @@
-"""The launch plan: a plain value saying what marun starts, and where.
+"""The launch plan: a plain value saying what marun starts, where, and how it watches it.
 
 Every mode is a function from the platform's inputs to a `LaunchPlan`. `marun plan` renders it,
 `marun run` executes it: one code path up to this value, so a dry-run never disagrees with a run.
-The JSON schema (`to_dict`) is documented in docs/plan-schema.md and kept stable.
+The JSON form (`to_dict`, read back by `from_dict`) is documented in docs/plan-schema.md and kept
+stable.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from marun.errors import InputError, bad_value
+from marun.plan.console_selection import ConsoleSelection
 
 SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)
 class FileSpec:
-    """A file marun writes before starting anything (hostfile, sshd config, ...)."""
+    """A file marun writes before starting anything (hostfile, sshd config, ...), with `mode`."""
 
     path: str
     content: str
@@ -31,7 +36,9 @@ class ProcessSpec:
     environment. `role` is the engine's name for the process (worker, scheduler, ps, chief,
     sshd, mpirun). `rank` is the job-wide rank where the engine has one. A `daemon` is a process
     that never ends by itself (a TF parameter server, sshd): it is stopped once the others are done
-    and its exit does not count toward the job's status.
+    and its exit does not count toward the job's status. `restart_on_failure`: a non-zero end
+    restarts it (after `Supervision.recovery_wait`, up to `Supervision.max_restarts` times)
+    instead of failing the job; the planner decides (MindSpore's recovery).
     """
 
     name: str
@@ -42,6 +49,7 @@ class ProcessSpec:
     role: str = "worker"
     rank: int | None = None
     daemon: bool = False
+    restart_on_failure: bool = False
 
 
 @dataclass(frozen=True)
@@ -52,21 +60,93 @@ class NodePlan:
     processes: tuple[ProcessSpec, ...] = ()
 
 
+def _seconds(name: str, value: float) -> float:
+    if not 0 <= value < math.inf:  # False for nan too
+        raise bad_value(name, value, f"a finite number of seconds >= 0 ({_where(name)})")
+    return float(value)
+
+
+def _where(name: str) -> str:
+    return f"--{name.replace('_', '-')}, MARUN_{name.upper()} or config key {name}"
+
+
+@dataclass(frozen=True)
+class Supervision:
+    """How `marun run` watches this node's processes: checked when the plan is built, so `marun
+    plan` refuses exactly what `marun run` refuses, before anything starts.
+
+    `always_supervise` (`--supervise`): supervise even a lone process instead of exec'ing it; part
+    of the plan because whether marun stays is what the dry-run must show. `record_dir`: where
+    result.json goes (None: the first process's log directory). `prefix_output`: prefix console
+    lines with `[node:rank]` (off when the processes are whole `marun run`s that prefix their own).
+    """
+
+    grace_period: float = 30.0
+    max_restarts: int = 3
+    recovery_wait: float = 30.0
+    console_ranks: tuple[str, ...] = ()
+    record_dir: str | None = None
+    always_supervise: bool = False
+    prefix_output: bool = True
+
+    def __post_init__(self) -> None:
+        _seconds("grace_period", self.grace_period)
+        _seconds("recovery_wait", self.recovery_wait)
+        restarts = self.max_restarts
+        if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
+            raise bad_value(
+                "max_restarts", restarts, f"a whole number >= 0 ({_where('max_restarts')})"
+            )
+        ConsoleSelection.parse(self.console_ranks)
+
+    @property
+    def console(self) -> ConsoleSelection:
+        return ConsoleSelection.parse(self.console_ranks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "grace_period": self.grace_period,
+            "max_restarts": self.max_restarts,
+            "recovery_wait": self.recovery_wait,
+            "console_ranks": list(self.console_ranks),
+            "record_dir": self.record_dir,
+            "always_supervise": self.always_supervise,
+            "prefix_output": self.prefix_output,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Supervision:
+        return cls(
+            grace_period=float(data["grace_period"]),
+            max_restarts=int(data["max_restarts"]),
+            recovery_wait=float(data["recovery_wait"]),
+            console_ranks=tuple(data["console_ranks"]),
+            record_dir=data["record_dir"],
+            always_supervise=bool(data["always_supervise"]),
+            prefix_output=bool(data["prefix_output"]),
+        )
+
+
 @dataclass(frozen=True)
 class LaunchPlan:
     mode: str
     nodes: tuple[NodePlan, ...]
     notes: tuple[str, ...] = field(default=())
+    supervision: Supervision = field(default_factory=Supervision)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA_VERSION,
             "mode": self.mode,
+            "supervision": self.supervision.to_dict(),
             "nodes": [
                 {
                     "index": n.index,
                     "host": n.host,
-                    "files": [{"path": f.path, "content": f.content} for f in n.files],
+                    "files": [
+                        {"path": f.path, "content": f.content, "mode": f"{f.mode:04o}"}
+                        for f in n.files
+                    ],
                     "processes": [
                         {
                             "name": p.name,
@@ -77,6 +157,7 @@ class LaunchPlan:
                             "role": p.role,
                             "rank": p.rank,
                             "daemon": p.daemon,
+                            "restart_on_failure": p.restart_on_failure,
                         }
                         for p in n.processes
                     ],
@@ -85,3 +166,46 @@ class LaunchPlan:
             ],
             "notes": list(self.notes),
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LaunchPlan:
+        """The inverse of `to_dict` (a `marun plan --format json` read back; masked secrets stay
+        masked). Fields added after a document was written take their defaults."""
+        if data.get("schema") != SCHEMA_VERSION:
+            raise bad_value("plan schema", data.get("schema"), f"{SCHEMA_VERSION}")
+        try:
+            return cls(
+                mode=str(data["mode"]),
+                nodes=tuple(_node_from_dict(n) for n in data["nodes"]),
+                notes=tuple(str(n) for n in data.get("notes", ())),
+                supervision=Supervision.from_dict(data["supervision"])
+                if "supervision" in data
+                else Supervision(),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(f"plan: not a plan of schema {SCHEMA_VERSION} ({exc!r})") from None
+
+
+def _node_from_dict(data: Mapping[str, Any]) -> NodePlan:
+    return NodePlan(
+        index=int(data["index"]),
+        host=str(data["host"]),
+        files=tuple(
+            FileSpec(str(f["path"]), str(f["content"]), int(str(f.get("mode", "0644")), 8))
+            for f in data.get("files", ())
+        ),
+        processes=tuple(
+            ProcessSpec(
+                name=str(p["name"]),
+                argv=tuple(str(a) for a in p["argv"]),
+                env={str(k): str(v) for k, v in p["env"].items()},
+                cwd=str(p["cwd"]),
+                log=str(p["log"]),
+                role=str(p.get("role", "worker")),
+                rank=None if p.get("rank") is None else int(p["rank"]),
+                daemon=bool(p.get("daemon", False)),
+                restart_on_failure=bool(p.get("restart_on_failure", False)),
+            )
+            for p in data.get("processes", ())
+        ),
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from json.encoder import encode_basestring_ascii as _string
 from typing import Any
@@ -32,16 +33,17 @@ class _NotPlain(Exception):
     """A value indented_json leaves to the json module."""
 
 
-def indented_json(value: Any) -> str:
+def indented_json(value: object) -> str:
     """Exactly `json.dumps(value, indent=2)` for dicts with string keys, lists, strings, ints,
-    bools and None, several times faster: json's indenting encoder is pure Python, one generator
-    per container, and a plan of every node of a large job has hundreds of thousands of them."""
+    finite floats, bools and None, several times faster: json's indenting encoder is pure
+    Python, one generator per container, and a plan of every node of a large job has hundreds of
+    thousands of them."""
     parts: list[str] = []
     _encode(value, "\n", parts)
     return "".join(parts)
 
 
-def _encode(value: Any, newline: str, parts: list[str]) -> None:
+def _encode(value: object, newline: str, parts: list[str]) -> None:
     # `newline` is "\n" and the indentation of the line `value` starts on.
     if isinstance(value, str):
         parts.append(_string(value))
@@ -53,6 +55,8 @@ def _encode(value: Any, newline: str, parts: list[str]) -> None:
         parts.append("false")
     elif type(value) is int:
         parts.append(int.__repr__(value))
+    elif type(value) is float and math.isfinite(value):  # the supervision's seconds
+        parts.append(float.__repr__(value))
     elif isinstance(value, dict):
         if not value:
             parts.append("{}")
@@ -99,6 +103,17 @@ def render_table(plan: LaunchPlan) -> str:
     out: list[str] = []
     nprocs = sum(len(n["processes"]) for n in data["nodes"])
     out.append(f"mode: {data['mode']}   nodes: {len(data['nodes'])}   processes: {nprocs}")
+    watching = data["supervision"]
+    lone = "supervised" if watching["always_supervise"] else "exec'd (unless marun is PID 1)"
+    out.append(
+        f"supervision: grace_period {watching['grace_period']:g}s   "
+        f"max_restarts {watching['max_restarts']}   "
+        f"recovery_wait {watching['recovery_wait']:g}s   "
+        f"console_ranks {','.join(watching['console_ranks']) or 'all'}   "
+        f"lone process {lone}"
+    )
+    if watching["record_dir"]:
+        out.append(f"result.json: {watching['record_dir']}")
     for note in data["notes"]:
         out.append(f"note: {note}")
     for node in data["nodes"]:
@@ -107,7 +122,9 @@ def render_table(plan: LaunchPlan) -> str:
         rows = [
             (
                 p["name"],
-                p["role"] + (" (daemon)" if p["daemon"] else ""),
+                p["role"]
+                + (" (daemon)" if p["daemon"] else "")
+                + (" (restarts)" if p["restart_on_failure"] else ""),
                 "-" if p["rank"] is None else str(p["rank"]),
                 shlex.join(p["argv"]),
             )
@@ -125,7 +142,7 @@ def render_table(plan: LaunchPlan) -> str:
             for key, value in sorted(p["env"].items()):
                 out.append(f"      {key}={value}")
         for f in node["files"]:
-            out.append(f"  file {f['path']}:")
+            out.append(f"  file {f['path']} (mode {f['mode']}):")
             out.append(_indent(f["content"], "      ").rstrip("\n"))
     return "\n".join(out) + "\n"
 

@@ -4,32 +4,39 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
-from typing import TYPE_CHECKING
 
-from marun.errors import MarunError
+from marun._files import atomic_write
+from marun.errors import InputError, MarunError
 from marun.plan.launch_plan import FileSpec, LaunchPlan, NodePlan, ProcessSpec
-
-if TYPE_CHECKING:
-    from marun.inputs.settings import Settings
 
 
 def write_files(files: tuple[FileSpec, ...]) -> None:
+    """Write the plan's files (their directories created as needed), each atomically with its
+    final mode and never through a planted symlink (marun._files.atomic_write); a file that
+    cannot be written is bad input: one line naming the path and why."""
     for spec in files:
-        path = Path(spec.path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Created with its final mode so it is never readable by others, even for a moment.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, spec.mode)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(spec.content)
-        os.chmod(path, spec.mode)
+        try:
+            os.makedirs(os.path.dirname(spec.path) or ".", exist_ok=True)
+            atomic_write(spec.path, spec.content, spec.mode)
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            raise InputError(
+                f"cannot write {spec.path}: {reason}; expected a path marun can create "
+                "(check the directory and its permissions, or the setting that names it)"
+            ) from None
 
 
 def exec_process(proc: ProcessSpec) -> None:
     """Replace marun with the process: no extra process, no extra latency, signals and exit
     status go straight to and from the platform."""
-    os.makedirs(proc.cwd, exist_ok=True)
-    os.chdir(proc.cwd)
+    try:
+        os.makedirs(proc.cwd, exist_ok=True)
+        os.chdir(proc.cwd)
+    except OSError as exc:
+        raise InputError(
+            f"working directory of {proc.name} {proc.cwd!r}: expected a directory marun can "
+            f"create ({exc.strerror})"
+        ) from None
     env = dict(os.environ)
     env.update(proc.env)
     # exec discards Python's buffers: what marun has printed so far must get out first.
@@ -41,20 +48,12 @@ def exec_process(proc: ProcessSpec) -> None:
         raise MarunError(f"cannot start {proc.argv[0]!r}: {exc.strerror}") from None
 
 
-def execute(
-    plan: LaunchPlan,
-    supervise: bool = False,
-    *,
-    settings: Settings | None = None,
-    record_dir: str | None = None,
-) -> int:
+def execute(plan: LaunchPlan) -> int:
     """Run this node's plan and return marun's exit code.
 
-    A plan of exactly one non-daemon process is exec'd (marun becomes it) unless `supervise`;
-    anything else is started and watched by the supervisor (marun.runtime.supervisor says how
-    the exit code is chosen). `settings` default to the environment's and ./marun.yaml's (as the
-    CLI reads them); `record_dir` is where result.json goes (default: the first process's log
-    directory).
+    A plan of exactly one non-daemon process is exec'd (marun becomes it) unless its supervision
+    says `always_supervise`; anything else is started and watched by the supervisor under
+    `plan.supervision` (marun.runtime.supervisor says how the exit code is chosen).
     """
     if len(plan.nodes) != 1:
         raise MarunError(f"expected a plan for this node only, got {len(plan.nodes)} nodes")
@@ -63,20 +62,15 @@ def execute(
     # signal actions, so a script without its own SIGTERM handler would ignore `docker stop`
     # until the SIGKILL, and nobody would reap orphans. marun stays, relays and reaps (tini's job).
     lone = len(node.processes) == 1 and not node.processes[0].daemon and os.getpid() != 1
-    if lone and not supervise:
+    if lone and not plan.supervision.always_supervise:
         write_files(node.files)
         exec_process(node.processes[0])
-    from marun.runtime.output import Console
-    from marun.runtime.supervisor import Supervisor, options_from_settings
-
-    if settings is None:
-        from marun.inputs.settings import load_settings
-
-        settings = load_settings({}, os.environ, os.getcwd()).settings
-    options = options_from_settings(settings, record_dir)
     if not node.processes:
         write_files(node.files)
         return 0
-    supervisor = Supervisor(plan, node, options, Console())
+    from marun.runtime.supervisor import Supervisor
+
+    # Built first: what it refuses (a cwd or log it cannot create) is refused before any write.
+    supervisor = Supervisor(plan, node)
     write_files(node.files)
     return supervisor.run()

@@ -16,65 +16,14 @@ from __future__ import annotations
 import contextlib
 import os
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass
 
 from marun._files import private_dir, write_all
-from marun.errors import InputError, bad_value
-from marun.inputs.numbers import is_digits
+from marun.errors import bad_value
 
 MAX_LINE = 1 << 20
 PIPE_SIZE = 1 << 20
 TAIL_LINES = 20  # kept per process for the failure summary
 _TAIL_WIDTH = 2000  # characters of each kept line
-
-
-# -- which processes reach the console ----------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ConsoleSelection:
-    """`console_ranks`: empty or `all` shows everything; `none` shows nothing; otherwise ranks
-    (`0`, `0-3`) and process names or roles (`scheduler`, `ps`), comma-separated."""
-
-    everything: bool = True
-    ranks: frozenset[int] = frozenset()
-    names: frozenset[str] = frozenset()
-
-    @classmethod
-    def parse(cls, tokens: Sequence[str]) -> ConsoleSelection:
-        words = [t.strip() for t in tokens if t.strip()]
-        if not words or words == ["all"]:
-            return cls()
-        if words == ["none"]:
-            return cls(everything=False)
-        ranks: set[int] = set()
-        names: set[str] = set()
-        for word in words:
-            low, dash, high = word.partition("-")
-            if is_digits(low) and (not dash or is_digits(high)):
-                first, last = int(low), int(high) if dash else int(low)
-                if last < first:
-                    raise _bad_selection(tokens)
-                ranks.update(range(first, last + 1))
-            elif word.replace("_", "").replace("-", "").replace(".", "").isalnum():
-                names.add(word)
-            else:
-                raise _bad_selection(tokens)
-        return cls(everything=False, ranks=frozenset(ranks), names=frozenset(names))
-
-    def shows(self, name: str, role: str, rank: int | None) -> bool:
-        if self.everything:
-            return True
-        return (rank is not None and rank in self.ranks) or name in self.names or role in self.names
-
-
-def _bad_selection(tokens: Sequence[str]) -> InputError:
-    return bad_value(
-        "console_ranks",
-        ",".join(tokens),
-        "all, none, or a comma list of ranks (3), rank ranges (0-7) and process names/roles",
-    )
 
 
 # -- files and directories marun creates --------------------------------------------------

@@ -13,6 +13,8 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from marun.runtime.signals import exit_code_for
+
 _PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 
 
@@ -40,7 +42,7 @@ class Ending:
     def from_wait_status(cls, status: int) -> Ending:
         if os.WIFSIGNALED(status):
             sig = os.WTERMSIG(status)
-            return cls(128 + sig, sig)
+            return cls(exit_code_for(sig), sig)
         return cls(os.WEXITSTATUS(status))
 
 

@@ -1,25 +1,41 @@
-"""The signals marun relays, and a wake-up pipe that turns them into events of the main loop.
+"""Signals, in one place: which ones stop a job, how a signal becomes an exit code, and how
+marun's processes (the supervisor, MPI's leader and follower) catch them.
+
+- `STOP`: the signals that stop a job (grace, then SIGKILL), as torchrun's; `PASS_ON`
+  (SIGUSR1/SIGUSR2, checkpoint-now conventions) are only passed on. `RELAYED` is both.
+- `exit_code_for(signum)`: 128+N, what a shell reports for a process ended by signal N and what
+  marun exits with when signal N stopped the job.
+- `install(signums, handler)` is the only place a handler is set; it returns what it replaced,
+  for `restore`.
+- Two ways to hear a signal, both through `install`: `SignalPipe` for the supervisor's select
+  loop, `StopFlag` for the MPI helpers' threads and poll loops.
 
 Python runs a signal handler between two bytecodes of the main thread, wherever that thread is;
-acting there races with the loop's own bookkeeping. So the handlers do nothing, and
-`signal.set_wakeup_fd` makes the interpreter write each signal's number into a pipe the loop
-watches with the children's output: a signal is then handled at one well-defined point, after
-whatever the loop was doing.
+acting there races with the loop's own bookkeeping. So the handlers only record: the pipe gets the
+signal's number through `signal.set_wakeup_fd`, the flag an attribute and an event; each loop acts
+at one well-defined point, after whatever it was doing.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
+from collections.abc import Iterable, Mapping
 from types import FrameType, TracebackType
-from typing import Any, Callable, Union
+from typing import Callable, Union
 
-# Relayed to every child's process group. The first four also stop the job (grace, then
-# SIGKILL), as torchrun does; SIGUSR1/SIGUSR2 are only passed on (checkpoint-now conventions).
-STOPPING = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
-RELAYED = (*STOPPING, signal.SIGUSR1, signal.SIGUSR2)
+STOP = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+PASS_ON = (signal.SIGUSR1, signal.SIGUSR2)
+RELAYED = (*STOP, *PASS_ON)
 
-_Handler = Union[Callable[[int, Union[FrameType, None]], Any], int, signal.Handlers, None]
+Handler = Callable[[int, Union[FrameType, None]], None]
+_Previous = Union[Callable[[int, Union[FrameType, None]], object], int, signal.Handlers, None]
+
+
+def exit_code_for(signum: int) -> int:
+    """The exit code for signal N: 128+N, as a shell reports it."""
+    return 128 + int(signum)
 
 
 def signal_name(signum: int) -> str:
@@ -29,9 +45,43 @@ def signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
-def _ignore(signum: int, frame: FrameType | None) -> None:
-    """Installed only so that the interpreter reports the signal through the wake-up fd (and,
-    as PID 1, so that the kernel delivers it at all: PID 1 gets no default actions)."""
+def _record_only(signum: int, frame: FrameType | None) -> None:
+    """Not SIG_IGN, which would stay ignored in every child started after it (mpirun, the
+    ranks); and as PID 1, a signal without a handler is not delivered at all."""
+
+
+def install(signums: Iterable[int], handler: Handler) -> dict[int, _Previous]:
+    """Set `handler` for each signal; returns the handlers replaced, for `restore`."""
+    return {int(s): signal.signal(s, handler) for s in signums}
+
+
+def restore(previous: Mapping[int, _Previous]) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+
+class StopFlag:
+    """While installed: the first STOP signal is kept in `received` and sets `event`; PASS_ON
+    signals are caught and dropped (the supervisor relays them to the whole process group, so
+    the children got them already)."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.event = threading.Event()
+        install(STOP, self._stop)
+        install(PASS_ON, _record_only)
+
+    def _stop(self, signum: int, frame: FrameType | None) -> None:
+        if self.received is None:
+            self.received = signum
+        self.event.set()
+
+    def exit_code(self) -> int | None:
+        """128+N once signal N came, else None."""
+        return None if self.received is None else exit_code_for(self.received)
+
+    def name(self) -> str:
+        return "" if self.received is None else signal_name(self.received)
 
 
 class SignalPipe:
@@ -42,7 +92,7 @@ class SignalPipe:
         self._read = -1
         self._write = -1
         self._old_fd = -1
-        self._old_handlers: dict[int, _Handler] = {}
+        self._previous: dict[int, _Previous] = {}
 
     def __enter__(self) -> SignalPipe:
         self._read, self._write = os.pipe()
@@ -51,8 +101,7 @@ class SignalPipe:
         # A full pipe only means the loop is already due to wake: losing a byte of SIGCHLD is
         # harmless because every wake-up reaps everything there is.
         self._old_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
-        for signum in (*RELAYED, signal.SIGCHLD):
-            self._old_handlers[signum] = signal.signal(signum, _ignore)
+        self._previous = install((*RELAYED, signal.SIGCHLD), _record_only)
         return self
 
     def fileno(self) -> int:
@@ -75,8 +124,7 @@ class SignalPipe:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        for signum, handler in self._old_handlers.items():
-            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        restore(self._previous)
         signal.set_wakeup_fd(self._old_fd)
         os.close(self._read)
         os.close(self._write)

@@ -4,7 +4,10 @@ One loop in the main thread does everything, so nothing races: it waits (selecto
 process's output pipe and on the signal pipe, reads what is there, reaps whatever ended
 (`waitpid(-1)`, orphans included), restarts or fails fast, and moves the shutdown on. Each
 planned process is the leader of its own session, so a signal sent to its process group reaches
-what it started too.
+what it started too. Everything it is told comes from the plan: `plan.supervision` (grace period,
+restart limits, console selection, where result.json goes) and each process's spec (a process is
+restarted only when its `restart_on_failure` says so); it reads no settings or environment of its
+own.
 
 The exit code, decided by the first cause of the end:
 - every non-daemon process exited 0: 0 (daemons are then stopped; that is still success);
@@ -25,20 +28,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from enum import Enum
+from typing import TYPE_CHECKING
 
 from marun.errors import bad_value
-from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
-from marun.runtime.output import (
-    Console,
-    ConsoleSelection,
-    OutputStream,
-    new_tail,
-    open_log,
-    widen_pipe,
-)
+from marun.plan.launch_plan import LaunchPlan, NodePlan
+from marun.runtime.output import Console, OutputStream, new_tail, open_log, widen_pipe
 from marun.runtime.reaper import (
     Ending,
     become_subreaper,
@@ -48,57 +43,46 @@ from marun.runtime.reaper import (
     signal_group,
 )
 from marun.runtime.result import JobRecord, ProcessRecord, describe, failure_summary, write_result
-from marun.runtime.signals import RELAYED, STOPPING, SignalPipe, signal_name
+from marun.runtime.signals import RELAYED, STOP, SignalPipe, exit_code_for, signal_name
 
-RECOVERY_ROLES = ("worker", "scheduler")
+if TYPE_CHECKING:
+    from structlog.typing import FilteringBoundLogger
+
 _KILL_WAIT = 10.0  # after SIGKILL, how long to wait for the kernel to take processes away
 _TICK = 0.5  # at most this long between checks, so nothing depends on a single wake-up
 _READ_SIZE = 1 << 18  # per pipe and wake-up: a chatty rank cannot starve the others
 
 
-@dataclass(frozen=True)
-class SupervisorOptions:
-    grace_period: float = 30.0
-    max_restarts: int = 3
-    recovery_wait: float = 30.0
-    console: ConsoleSelection = field(default_factory=ConsoleSelection)
-    record_dir: str | None = None  # where result.json goes; default: the first log's directory
-    # Off for `marun simulate`, whose processes are whole `marun run`s that prefix their own lines.
-    prefix_output: bool = True
+class Phase(Enum):
+    """Where the supervisor is in a job's life (like torch elastic's `WorkerState`).
 
+    RUNNING   processes start, fail, restart; the first cause of the end moves on to STOPPING.
+    STOPPING  the stop signal was sent to everything; waiting `grace_period` for it to go.
+    KILLING   SIGKILL was sent to what was left; waiting up to `_KILL_WAIT` for the kernel.
+    GAVE_UP   processes outlived SIGKILL (stuck in the kernel): marun stops waiting and ends.
 
-def options_from_settings(settings: Any, record_dir: str | None = None) -> SupervisorOptions:
-    """Validated supervision options (bad values end as InputError before anything starts)."""
-    for name in ("grace_period", "recovery_wait", "max_restarts"):
-        value = getattr(settings, name)
-        if value < 0:
-            raise bad_value(name, value, "a number >= 0")
-    return SupervisorOptions(
-        grace_period=float(settings.grace_period),
-        max_restarts=int(settings.max_restarts),
-        recovery_wait=float(settings.recovery_wait),
-        console=ConsoleSelection.parse(settings.console_ranks),
-        record_dir=record_dir,
-    )
+    Transitions only go forward: RUNNING -> STOPPING -> KILLING -> GAVE_UP. The loop ends when no
+    child is left in any phase but RUNNING, or at GAVE_UP.
+    """
 
-
-def recovery_enabled(spec: ProcessSpec, inherited: Mapping[str, str]) -> bool:
-    """MindSpore's recovery contract: MS_ENABLE_RECOVERY=1 (set by the plan or inherited) on a
-    worker or the scheduler."""
-    value = spec.env.get("MS_ENABLE_RECOVERY", inherited.get("MS_ENABLE_RECOVERY", ""))
-    return value.strip() == "1" and spec.role in RECOVERY_ROLES
+    RUNNING = "running"
+    STOPPING = "stopping"
+    KILLING = "killing"
+    GAVE_UP = "gave up"
 
 
 class Supervisor:
-    def __init__(
-        self, plan: LaunchPlan, node: NodePlan, options: SupervisorOptions, console: Console
-    ) -> None:
+    """Runs `node` (one of `plan`'s nodes) under `plan.supervision` to the end: `run()` returns
+    marun's exit code. `console` is marun's stdout unless given."""
+
+    def __init__(self, plan: LaunchPlan, node: NodePlan, console: Console | None = None) -> None:
         # The log (structlog) is imported once every process has started: it costs more than
         # starting them. Until then events wait here, with the time they happened.
-        self._log: Any = None
-        self._early: list[tuple[str, str, dict[str, Any], float]] | None = []
-        self._options = options
-        self._console = console
+        self._log: FilteringBoundLogger | None = None
+        self._early: list[tuple[str, str, dict[str, object], float]] | None = []
+        self._options = plan.supervision
+        self._console_selection = plan.supervision.console
+        self._console = Console() if console is None else console
         self._node = node
         self.job = JobRecord(
             mode=plan.mode,
@@ -122,9 +106,7 @@ class Supervisor:
         self._running: dict[int, tuple[ProcessRecord, subprocess.Popen[bytes]]] = {}
         self._groups: set[int] = set()  # every process group started, leader alive or not
         self._pending: dict[int, float] = {}  # record index -> monotonic time of its restart
-        # "running", then "stopping" (stop signal sent), "killing" (SIGKILL sent), and
-        # "gave up" when processes outlive even SIGKILL (stuck in the kernel).
-        self._phase = "running"
+        self._phase = Phase.RUNNING
         self._deadline = 0.0
         self._signalled: set[int] = set()  # adopted orphans signalled one by one while stopping
         self._stop_sig = int(signal.SIGTERM)
@@ -169,12 +151,14 @@ class Supervisor:
         return self._finish()
 
     def _finished(self) -> bool:
-        return self._phase != "running" and (not self._children_left or self._phase == "gave up")
+        return self._phase is not Phase.RUNNING and (
+            not self._children_left or self._phase is Phase.GAVE_UP
+        )
 
     def _timeout(self) -> float:
         now = time.monotonic()
         due = [t - now for t in self._pending.values()]
-        if self._phase in ("stopping", "killing"):
+        if self._phase in (Phase.STOPPING, Phase.KILLING):
             due.append(self._deadline - now)
         return max(0.0, min([_TICK, *due]))
 
@@ -210,7 +194,7 @@ class Supervisor:
         finally:
             os.close(write_fd)
         os.set_blocking(read_fd, False)
-        shown = self._options.console.shows(spec.name, spec.role, spec.rank)
+        shown = self._console_selection.shows(spec.name, spec.role, spec.rank)
         prefix = (
             f"[{self._node.index}:{rec.label}] ".encode() if self._options.prefix_output else b""
         )
@@ -293,15 +277,14 @@ class Supervisor:
                 exit_code=ending.code,
                 signal=None if ending.signal is None else signal_name(ending.signal),
             )
-            if self._phase == "running" and ending.code != 0:
+            if self._phase is Phase.RUNNING and ending.code != 0:
                 self._on_failure(rec)
         if not self._subreaper and not self._running:
             # Without adoption, orphans are not ours to wait for: the planned ones are all.
             self._children_left = False
 
     def _on_failure(self, rec: ProcessRecord) -> None:
-        env = os.environ
-        if recovery_enabled(rec.spec, env) and rec.restarts < self._options.max_restarts:
+        if rec.spec.restart_on_failure and rec.restarts < self._options.max_restarts:
             index = self._records.index(rec)
             self._pending[index] = time.monotonic() + self._options.recovery_wait
             self._emit(
@@ -316,7 +299,7 @@ class Supervisor:
         self._fail(rec)
 
     def _fail(self, rec: ProcessRecord) -> None:
-        if self._phase != "running":
+        if self._phase is not Phase.RUNNING:
             return
         assert rec.ending is not None
         self.job.first_failure = rec
@@ -334,7 +317,7 @@ class Supervisor:
     def _restart_due(self) -> None:
         now = time.monotonic()
         for index, due in sorted(self._pending.items()):
-            if due <= now and self._phase == "running":
+            if due <= now and self._phase is Phase.RUNNING:
                 del self._pending[index]
                 rec = self._records[index]
                 self._emit(
@@ -348,7 +331,7 @@ class Supervisor:
                 self._start(index)
 
     def _advance(self) -> None:
-        if self._phase == "running":
+        if self._phase is Phase.RUNNING:
             waiting = [
                 r for i, r in enumerate(self._records) if r.ending is None or i in self._pending
             ]
@@ -361,19 +344,19 @@ class Supervisor:
                 self._begin_stop("done", signal.SIGTERM)
             return
         now = time.monotonic()
-        if self._phase == "stopping" and now >= self._deadline:
-            self._phase = "killing"
+        if self._phase is Phase.STOPPING and now >= self._deadline:
+            self._phase = Phase.KILLING
             self._deadline = now + _KILL_WAIT
             self._emit("killing", "warning", after_grace_seconds=self._options.grace_period)
             self._signal_everything(signal.SIGKILL)
-        elif self._phase == "killing" and now >= self._deadline:
-            self._phase = "gave up"
+        elif self._phase is Phase.KILLING and now >= self._deadline:
+            self._phase = Phase.GAVE_UP
             left = [pid for pid, _ in direct_children()] or sorted(self._running)
             self._emit("processes_left_after_sigkill", "error", pids=left)
         elif self._children_left and now - self._last_scan >= _TICK:
             # Orphans adopted while stopping get the same signal as everyone before them.
             self._last_scan = now
-            self._signal_orphans(signal.SIGKILL if self._phase == "killing" else self._stop_sig)
+            self._signal_orphans(signal.SIGKILL if self._phase is Phase.KILLING else self._stop_sig)
 
     # -- signals ----------------------------------------------------------------------------
 
@@ -381,27 +364,29 @@ class Supervisor:
         for signum in numbers:
             if signum not in RELAYED:
                 continue  # SIGCHLD: every wake-up reaps anyway
-            self._emit("signal_received", "warning", signal=signal_name(signum), phase=self._phase)
-            if signum in STOPPING and self._phase == "running":
+            self._emit(
+                "signal_received", "warning", signal=signal_name(signum), phase=self._phase.value
+            )
+            if signum in STOP and self._phase is Phase.RUNNING:
                 self._pending.clear()
                 if self._daemons_only:
                     self.job.outcome = "succeeded"
                     self.job.exit_code = 0
                 else:
                     self.job.outcome = "interrupted"
-                    self.job.exit_code = 128 + signum
+                    self.job.exit_code = exit_code_for(signum)
                 self.job.signal = signum
                 self._begin_stop(f"received {signal_name(signum)}", signum)
-            elif signum in STOPPING:
+            elif signum in STOP:
                 self._signal_everything(signum)
             else:
                 for pid in list(self._running):
                     signal_group(pid, signum)
 
     def _begin_stop(self, reason: str, signum: int) -> None:
-        if self._phase != "running":
+        if self._phase is not Phase.RUNNING:
             return
-        self._phase = "stopping"
+        self._phase = Phase.STOPPING
         self._stop_sig = signum
         self._pending.clear()
         self._deadline = time.monotonic() + self._options.grace_period
@@ -472,7 +457,7 @@ class Supervisor:
         for event, level, fields, at in early:
             self._emit(event, level, _at=at, **fields)
 
-    def _emit(self, event: str, level: str = "info", **fields: Any) -> None:
+    def _emit(self, event: str, level: str = "info", **fields: object) -> None:
         """A structlog event; a closed stderr must not stop the supervision."""
         if self._early is not None:
             self._early.append((event, level, fields, time.time()))

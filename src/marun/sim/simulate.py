@@ -11,6 +11,9 @@ nodes, signals relayed, the job's exit status returned. Each inner run prefixes 
 `mpi` runs on simulated hosts instead: one network namespace per node (needs root), see
 `run_mpi_simulation`.
 
+`simulate(SimulateRequest)` is the whole command: it builds that plan and runs it through
+`marun.runtime.execute`, as `marun run` runs any plan.
+
 Layout: everything under `<log dir>/simulate/`: `node<i>/` is node i's log directory (and, for
 `ascend`, its working directory, so the per-device `device<id>/` directories of different nodes
 do not collide), `rank_table.json` for `ascend`.
@@ -22,13 +25,12 @@ import json
 import os
 import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from marun.errors import InputError, bad_value
 from marun.inputs.injected import Platform
-from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
+from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec, Supervision
 
 SIM_MODES = ("pytorch", "mindspore", "tensorflow", "ascend")
 JOB = "marun-sim"
@@ -181,31 +183,32 @@ def simulation_plan(
     # The script must exist before anything starts; inner runs resolve it again, identically.
     resolve_command(platform.command, platform.cwd, platform.python)
     sim_dir = os.path.join(log_dir(platform), "simulate")
-    boxes = containers(mode, nodes, devices, platform.cwd, sim_dir, platform.settings.tf_chief)
+    planned = containers(mode, nodes, devices, platform.cwd, sim_dir, platform.settings.tf_chief)
     processes = []
-    for box in boxes:
+    for container in planned:
         argv = (
             platform.python, "-m", "marun", "run", "--mode", mode, "--supervise",
-            "--log-dir", box.log_dir, *marun_options,
-            "--", *script_words(platform), *box.appended,
+            "--log-dir", container.log_dir, *marun_options,
+            "--", *script_words(platform), *container.appended,
         )  # fmt: skip
         processes.append(
             ProcessSpec(
-                name=box.name,
+                name=container.name,
                 argv=argv,
-                env=dict(box.env),
-                cwd=box.cwd,
-                log=os.path.join(box.log_dir, "marun.log"),
+                env=dict(container.env),
+                cwd=container.cwd,
+                log=os.path.join(container.log_dir, "marun.log"),
                 role="node",
-                daemon=box.daemon,
+                daemon=container.daemon,
             )
         )
     plan = LaunchPlan(
         f"simulate-{mode}",
         (NodePlan(0, "localhost", processes=tuple(processes)),),
-        (f"{len(boxes)} container(s) of a {nodes}-node x {devices}-device {mode} job",),
+        (f"{len(planned)} container(s) of a {nodes}-node x {devices}-device {mode} job",),
+        outer_supervision(platform, sim_dir),
     )
-    return plan, boxes, sim_dir
+    return plan, planned, sim_dir
 
 
 def script_words(platform: Platform) -> tuple[str, ...]:
@@ -224,24 +227,39 @@ def write_inputs(mode: str, nodes: int, devices: int, sim_dir: str) -> None:
             json.dump(rank_table(nodes, devices), fh, indent=2)
 
 
-def inner_platform(platform: Platform, box: Container) -> Platform:
+def inner_platform(platform: Platform, container: Container) -> Platform:
     """The platform as the first container sees it: for showing the job's plan."""
     from marun.inputs.appended_args import split_appended
 
     env = {k: v for k, v in platform.env.items() if not k.startswith(("MA_", "VC_"))}
-    env.update(box.env)
-    words, appended = split_appended((*script_words(platform), *box.appended))
-    settings = replace(platform.settings, log_dir=box.log_dir)
-    for key, value in box.env.items():
+    env.update(container.env)
+    words, appended = split_appended((*script_words(platform), *container.appended))
+    settings = replace(platform.settings, log_dir=container.log_dir)
+    for key, value in container.env.items():
         if key == "MARUN_MS_SCHED_PORT":
             settings = replace(settings, ms_sched_port=int(value))
     return replace(
-        platform, env=env, command=words, appended=appended, cwd=box.cwd, settings=settings
+        platform, env=env, command=words, appended=appended, cwd=container.cwd, settings=settings
+    )
+
+
+def outer_supervision(platform: Platform, sim_dir: str) -> Supervision:
+    """How this machine watches the simulated nodes: always supervised (even one node), result.json
+    in the simulation directory, no prefix and no console selection (each inner `marun run`
+    prefixes and selects its own lines)."""
+    settings = platform.settings
+    return Supervision(
+        grace_period=settings.grace_period,
+        max_restarts=settings.max_restarts,
+        recovery_wait=settings.recovery_wait,
+        record_dir=sim_dir,
+        always_supervise=True,
+        prefix_output=False,
     )
 
 
 def run_mpi_simulation(
-    platform: Platform, nodes: int, devices: int, marun_options: Sequence[str], options: Any
+    platform: Platform, nodes: int, devices: int, marun_options: Sequence[str]
 ) -> int:
     """MPI on simulated hosts: one network namespace per node (its own address, host name,
     /etc/hosts naming every node as the platform does, /run and /dev/shm), a Volcano-style ssh
@@ -264,10 +282,10 @@ def run_mpi_simulation(
     from marun._files import private_dir
     from marun.mpi.ssh_keys import generate_key, write_authorized_keys
     from marun.plan.modes.common import log_dir
-    from marun.runtime.output import Console
-    from marun.runtime.supervisor import Supervisor
+    from marun.runtime.execute import execute
 
     sim_dir = os.path.join(log_dir(platform), "simulate")
+    watching = outer_supervision(platform, sim_dir)  # checked before anything is made
     ssh_dir = os.path.join(sim_dir, "ssh")  # what Volcano's ssh plugin mounts in every pod
     private_dir(ssh_dir)
     key = os.path.join(ssh_dir, "id_rsa")
@@ -309,6 +327,65 @@ def run_mpi_simulation(
                     role="node",
                 )
             )
-        plan = LaunchPlan("simulate-mpi", (NodePlan(0, "localhost", processes=tuple(processes)),))
-        options = replace(options, record_dir=sim_dir)
-        return Supervisor(plan, plan.nodes[0], options, Console()).run()
+        plan = LaunchPlan(
+            "simulate-mpi",
+            (NodePlan(0, "localhost", processes=tuple(processes)),),
+            supervision=watching,
+        )
+        return execute(plan)
+
+
+@dataclass(frozen=True)
+class SimulateRequest:
+    """`marun simulate`'s options as parsed: `settings` holds the settings options given on the
+    command line (None: not given), by Settings field name."""
+
+    command: tuple[str, ...]
+    mode: str
+    nodes: int = 2
+    devices: int = 2
+    config: str | None = None
+    settings: Mapping[str, object] = field(default_factory=dict)
+    show_plan: bool = True
+
+
+def inner_options(request: SimulateRequest, platform: Platform) -> tuple[str, ...]:
+    """The options every inner `marun run` gets from the simulate command line."""
+    settings = platform.settings
+    words: list[str] = ["--tf-chief"] if settings.tf_chief else []
+    if settings.console_ranks:
+        words += ["--console-ranks", ",".join(settings.console_ranks)]
+    grace = request.settings.get("grace_period")
+    if grace is not None:
+        words += ["--grace-period", str(grace)]
+    return tuple(words)
+
+
+def simulate(request: SimulateRequest) -> int:
+    """The whole `marun simulate`: read the settings, plan the simulated containers, show the
+    job's plan, and run them through `marun.runtime.execute`; returns the job's exit code."""
+    import sys
+
+    from marun.inputs.injected import read_platform
+    from marun.inputs.settings import load_settings
+    from marun.runtime.execute import execute
+
+    env = dict(os.environ)
+    cwd = os.getcwd()
+    settings = load_settings(request.settings, env, cwd, request.config).settings
+    platform = read_platform(list(request.command), env, cwd, settings)
+    options = inner_options(request, platform)
+    if request.mode == "mpi":
+        return run_mpi_simulation(platform, request.nodes, request.devices, options)
+    outer, planned, sim_dir = simulation_plan(
+        platform, request.mode, request.nodes, request.devices, options
+    )
+    write_inputs(request.mode, request.nodes, request.devices, sim_dir)
+    if request.show_plan:
+        from marun.plan.modes import build_plan
+        from marun.plan.render import render_table
+
+        job = build_plan(request.mode, inner_platform(platform, planned[0]), all_nodes=True)
+        sys.stdout.write(render_table(job) + "\n")
+        sys.stdout.flush()
+    return execute(outer)

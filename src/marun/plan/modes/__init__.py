@@ -2,11 +2,15 @@
 
 A mode module exposes `plan(platform: Platform, all_nodes: bool) -> LaunchPlan`: a pure function
 of what the platform handed us (plus the bounded waits the platform's contract requires, such as
-a rank table still `initializing`).
+a rank table still `initializing`). `build_plan` adds the supervision settings, checked first, so
+`marun plan` and `marun run` refuse the same inputs before any wait.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from importlib import import_module
 
 from marun.errors import InputError, bad_value
@@ -40,11 +44,43 @@ def detect_mode(platform: Platform) -> str:
     )
 
 
-def build_plan(mode: str, platform: Platform, all_nodes: bool = False) -> LaunchPlan:
+def build_plan(
+    mode: str, platform: Platform, all_nodes: bool = False, always_supervise: bool = False
+) -> LaunchPlan:
+    """The plan `marun plan` shows and `marun run` executes. `always_supervise` is `--supervise`."""
+    from marun.plan.modes.common import supervision
+
+    watching = supervision(platform, always_supervise)
     if mode == "auto":
         mode = detect_mode(platform)
     if mode not in MODES:
         raise bad_value("--mode", mode, "auto or one of " + ", ".join(MODES))
     module = import_module(PLANNERS[mode])
     plan: LaunchPlan = module.plan(platform, all_nodes)
-    return plan
+    return replace(plan, supervision=watching)
+
+
+def plan_from_environment(
+    command: Sequence[str],
+    mode: str,
+    config: str | None,
+    cli_settings: Mapping[str, object],
+    all_nodes: bool = False,
+    always_supervise: bool = False,
+    *,
+    dry_run: bool = False,
+) -> LaunchPlan:
+    """What `marun plan` shows and `marun run` executes: this process's environment and working
+    directory, the settings (`cli_settings`: the options given, by Settings field name), the
+    platform read from them, and the mode's plan. One function for both commands; `dry_run`
+    (`marun plan`) waits for no host name (Platform.dry_run)."""
+    from marun.inputs.injected import read_platform
+    from marun.inputs.settings import load_settings
+
+    env = dict(os.environ)
+    cwd = os.getcwd()
+    settings = load_settings(cli_settings, env, cwd, config).settings
+    platform = read_platform(list(command), env, cwd, settings)
+    if dry_run:
+        platform = replace(platform, dry_run=True)
+    return build_plan(mode, platform, all_nodes, always_supervise)

@@ -1,4 +1,5 @@
-"""Pieces every mode uses: the script's argv, the log directory, the NIC variables."""
+"""Pieces every mode uses: the script's argv, the log directory, the NIC variables, the
+supervision settings."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 
 from marun.inputs.injected import Platform, resolve_command
 from marun.inputs.nic import Nic
+from marun.plan.launch_plan import Supervision
 
 
 def script_argv(platform: Platform) -> tuple[str, ...]:
@@ -29,3 +31,17 @@ def log_dir(platform: Platform) -> str:
 def socket_ifname_env(platform: Platform, nic: Nic, names: tuple[str, ...]) -> dict[str, str]:
     """Set each `*_SOCKET_IFNAME` the user has not set already."""
     return {name: nic.name for name in names if not platform.env.get(name)}
+
+
+def supervision(platform: Platform, always_supervise: bool = False) -> Supervision:
+    """The settings' supervision part, checked (bad input ends here, before any plan is made).
+    result.json goes to the log directory."""
+    settings = platform.settings
+    return Supervision(
+        grace_period=settings.grace_period,
+        max_restarts=settings.max_restarts,
+        recovery_wait=settings.recovery_wait,
+        console_ranks=settings.console_ranks,
+        record_dir=log_dir(platform),
+        always_supervise=always_supervise,
+    )

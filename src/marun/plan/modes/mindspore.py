@@ -36,7 +36,8 @@ from MindSpore's tutorials sets.
 Disaster recovery: with `MS_ENABLE_RECOVERY=1`, `MS_ENABLE_RECOVERY` and `MS_RECOVERY_PATH`
 (required) are set explicitly in every process's env, since MindSpore needs both on every process
 and a restarted process must get them again; the scheduler gets `MS_NODE_ID=sched`, as MindSpore's
-recovery scripts give it.
+recovery scripts give it. The scheduler and the workers are then `restart_on_failure`: the
+supervisor restarts them (the plan's `max_restarts`, `recovery_wait`) instead of failing fast.
 
 This node's processes also get `GLOO_SOCKET_IFNAME`, `NCCL_SOCKET_IFNAME` and `HCCL_SOCKET_IFNAME`
 (where the user has not set them) naming this node's NIC; other nodes' NICs are theirs to find.
@@ -160,7 +161,7 @@ def _recovery_env(platform: Platform) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
-class _Engine:
+class _ClusterSettings:
     """MindSpore's settings for every process, whatever the layout."""
 
     port: int
@@ -168,8 +169,8 @@ class _Engine:
     recovery: Mapping[str, str]  # MS_ENABLE_RECOVERY and MS_RECOVERY_PATH, or nothing
 
 
-def _engine(platform: Platform) -> _Engine:
-    return _Engine(_sched_port(platform), _topo_timeout(platform), _recovery_env(platform))
+def _cluster_settings(platform: Platform) -> _ClusterSettings:
+    return _ClusterSettings(_sched_port(platform), _topo_timeout(platform), _recovery_env(platform))
 
 
 # -- this node's NIC and node 0's address --------------------------------------------------------
@@ -327,19 +328,19 @@ def _from_rank_table(
 def _processes(
     platform: Platform,
     argv: tuple[str, ...],
-    engine: _Engine,
+    cluster: _ClusterSettings,
     layout: _Layout,
     node: _Node,
 ) -> tuple[ProcessSpec, ...]:
     logs = log_dir(platform)
     common = {
         "MS_SCHED_HOST": layout.sched_host,
-        "MS_SCHED_PORT": str(engine.port),
+        "MS_SCHED_PORT": str(cluster.port),
         "MS_WORKER_NUM": str(layout.worker_num),
-        "MS_TOPO_TIMEOUT": str(engine.topo_timeout),
+        "MS_TOPO_TIMEOUT": str(cluster.topo_timeout),
         "RANK_SIZE": str(layout.worker_num),
     }
-    recovery = engine.recovery
+    recovery = cluster.recovery
     ifnames: Mapping[str, str] = {}
     if node.index == layout.this_index:
         ifnames = socket_ifname_env(platform, layout.nic, IFNAME_VARS)
@@ -357,6 +358,7 @@ def _processes(
                 log=os.path.join(logs, "scheduler.log"),
                 role="scheduler",
                 rank=None,
+                restart_on_failure=bool(recovery),
             )
         )
     for worker in node.workers:
@@ -379,6 +381,7 @@ def _processes(
                 log=os.path.join(logs, f"worker_{rank}.log"),
                 role="worker",
                 rank=worker.rank,
+                restart_on_failure=bool(recovery),
             )
         )
     return tuple(procs)
@@ -388,7 +391,7 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     # Inputs that need no waiting first, so a mistake fails before any bounded wait (a rank table
     # still initializing, a host name that has yet to resolve).
     argv = script_argv(platform)
-    engine = _engine(platform)
+    cluster = _cluster_settings(platform)
     override = _sched_host_override(platform)
     rank_table = _given(platform, "RANK_TABLE_FILE")
     if rank_table is not None:
@@ -399,7 +402,7 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
         NodePlan(
             index=node.index,
             host=node.host,
-            processes=_processes(platform, argv, engine, layout, node),
+            processes=_processes(platform, argv, cluster, layout, node),
         )
         for node in layout.nodes
     )

@@ -1,7 +1,7 @@
-"""The pieces of MPI mode's agents: mpi_launcher's reading of mpirun's report and of its own
-hostfile, and mpi_follower run for real (a subprocess waiting on a real watch port, told the
-job's status by a real `notify`, giving up on a node 0 that goes silent). The whole flow across
-hosts is in tests/e2e/test_mpi_cluster.py."""
+"""The pieces of MPI mode's leader and follower: the leader's reading of mpirun's report and of
+its own hostfile, the ssh options it is given, and the follower run for real (a subprocess
+waiting on a real watch port, told the job's status by a real `notify`, giving up on a node 0
+that goes silent). The whole flow across hosts is in tests/e2e/test_mpi_cluster.py."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from conftest import clean_env
-from marun.mpi.leader import FailureScanner, read_hostfile, rsh_args, write_hostfile
+from marun.mpi.leader import FailureScanner, read_hostfile, write_hostfile
+from marun.mpi.planner import mpirun_ssh_options, plm_rsh_args
 
 # -- what mpirun says about the first failure ----------------------------------------------------
 
@@ -63,10 +64,14 @@ def test_failure_scanner(chunks: list[bytes], expected: str | None) -> None:
     assert scanner.first == expected
 
 
-def test_rsh_args_are_mpiruns_last_plm_rsh_args() -> None:
-    argv = ["mpirun", "-np", "2", "--mca", "plm_rsh_args", "-p 1", "-mca", "plm_rsh_args", "-p 2"]
-    assert rsh_args([*argv, "train.py"]) == ["-p", "2"]
-    assert rsh_args(["mpirun", "-np", "2", "train.py"]) == []
+def test_the_leaders_ssh_options_are_the_ones_mpirun_uses() -> None:
+    """marun's own options as one string for mpirun, word for word for the leader; a
+    `plm_rsh_args` in mpirun_extra_args (the last one wins, as in Open MPI) replaces them."""
+    ours = ("-p", "36666", "-i", "/run/id_rsa", "-o", "BatchMode=yes")
+    assert plm_rsh_args(ours) == "-p 36666 -i /run/id_rsa -o BatchMode=yes"
+    assert mpirun_ssh_options((), ours) == ours
+    extra = ("--mca", "plm_rsh_args", "-p 1", "-mca", "plm_rsh_args", "-p  2 -q", "-x", "A")
+    assert mpirun_ssh_options(extra, ours) == ("-p", "2", "-q")
 
 
 def test_hostfile_is_rewritten_with_addresses(tmp_path: Path) -> None:
@@ -118,7 +123,7 @@ def _wait_for_line(proc: subprocess.Popen[str], words: str) -> list[str]:
 
 @pytest.fixture
 def watch_port() -> Iterator[tuple[socket.socket, int]]:
-    """node 0's watch port, as mpi_launcher listens on it."""
+    """node 0's watch port, as the leader listens on it."""
     sock = socket.create_server(("127.0.0.1", 0))
     yield sock, sock.getsockname()[1]
     sock.close()
