@@ -3,6 +3,7 @@ the user's time: `marun run` sits in front of every training process)."""
 
 # No `from __future__ import annotations` here: typer reads these annotations at run time, and
 # marun runs under Python 3.9, where `str | None` cannot be evaluated.
+import os
 import sys
 from enum import Enum
 from typing import Annotated, Optional
