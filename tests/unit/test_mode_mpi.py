@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import REPO, run_marun
+from conftest import REPO, clean_env, run_marun
 
 JOB = "ma-job-0a1b2c"
 SECRET_VALUES = ("tok-VALUE-1", "sk VALUE 2", "hunter2")
@@ -135,10 +135,30 @@ def expected_mpirun(
         *("--mca", "orte_keep_fqdn_hostnames", "1"),
         *("-x", "NCCL_SOCKET_IFNAME=lo"),
         *[w for name in forwarded for w in ("-x", name)],
+        *("-x", "NCCL_SOCKET_FAMILY=AF_INET", "-x", "HOROVOD_MPI_THREADS_DISABLE=1"),
         sys.executable,
         str(job / "train.py"),
         *tail,
     ]
+
+
+# The default `mpi_forward_env` (`*`), as docs/mpi.md states it: every variable of node 0's
+# container but per-node ones, the login session's, marun's own and Open MPI's.
+NOT_FORWARDED = {"MA_TASK_INDEX", "VC_TASK_INDEX", "VK_TASK_INDEX", "MA_CURRENT_IP"}
+NOT_FORWARDED |= {"MA_CURRENT_HOST_IP", "HOSTNAME", "NCCL_SOCKET_IFNAME", "HOME", "USER"}
+NOT_FORWARDED |= {"LOGNAME", "SHELL", "PWD", "OLDPWD", "SHLVL", "_", "TERM", "MAIL", "TMPDIR"}
+NOT_FORWARDED |= {"SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK", "DISPLAY"}
+NOT_FORWARDED |= {"LS_COLORS"}
+
+
+def default_forwarded(env: Mapping[str, str]) -> list[str]:
+    return sorted(
+        name
+        for name in env
+        if name.isidentifier()
+        and name not in NOT_FORWARDED
+        and not name.startswith(("OMPI_", "ORTE_", "OPAL_", "PMIX_", "MARUN_"))
+    )
 
 
 def _pattern_hosts(n: int) -> list[str]:
@@ -165,7 +185,8 @@ def test_all_nodes_plan(
         extra["VC_WORKER_HOSTS"] = ",".join(_VC)
     elif source == "volcano-file":
         (job / "volcano" / "worker.host").write_text("".join(n + "\n" for n in names or []))
-    data = plan_json(job, platform_env(job, hosts, gpus, **extra), "--epochs", "3")
+    env = platform_env(job, hosts, gpus, **extra)
+    data = plan_json(job, env, "--epochs", "3")
 
     expected_hosts = names or [socket.gethostname()]
     assert data["mode"] == "mpi"
@@ -178,9 +199,8 @@ def test_all_nodes_plan(
     assert [f["path"] for f in node0["files"]] == [f"{run}/sshd_config", f"{run}/hostfile"]
     procs = procs_of(node0)
     assert list(procs) == ["sshd", "mpi-leader"]
-    forwarded = ["PATH", "LD_LIBRARY_PATH", "PYTHONPATH"]
-    forwarded += ["MA_NUM_GPUS", "MA_NUM_HOSTS", "MA_TASK_NAME", "MA_VJ_NAME"]
-    forwarded += ["VC_WORKER_HOSTS"] if source == "VC_WORKER_HOSTS" else []
+    forwarded = default_forwarded(clean_env(env))
+    assert {"PATH", "LD_LIBRARY_PATH", "MA_NUM_HOSTS", "MA_VJ_NAME"} <= set(forwarded)
     mpirun = expected_mpirun(
         job, hosts * slots, str(job / "ssh" / "id_rsa"), forwarded, tail=("--epochs", "3")
     )
@@ -413,7 +433,8 @@ def test_secrets_travel_by_name_only(job: Path, fmt: str) -> None:
         argv = mpirun_of(procs_of(data["nodes"][0])["mpi-leader"]["argv"])
         shipped = [argv[i + 1] for i, w in enumerate(argv) if w == "-x"]
         assert "OBS_SECRET_ACCESS_KEY" in shipped
-        assert not any("=" in s and not s.startswith("NCCL_SOCKET_IFNAME=") for s in shipped)
+        defaults = ("NCCL_SOCKET_IFNAME=", "NCCL_SOCKET_FAMILY=", "HOROVOD_MPI_THREADS_DISABLE=")
+        assert not any("=" in s and not s.startswith(defaults) for s in shipped)
         assert "MA_API_TOKEN" not in argv
         assert any("MA_API_TOKEN" in note for note in data["notes"])  # why it stayed home
 
@@ -450,7 +471,12 @@ BAD = [
         id="extra-secret-value",
     ),
     pytest.param({"MARUN_MPIRUN_EXTRA_ARGS": "'open"}, "MARUN_MPIRUN_EXTRA_ARGS", id="extra-quote"),
-    pytest.param({"MARUN_MPI_FORWARD_ENV": "*"}, "mpi_forward_env='*'", id="forward-everything"),
+    pytest.param({"MARUN_MPI_FORWARD_ENV": "PATH,*X"}, "mpi_forward_env='*X'", id="forward-star-x"),
+    pytest.param({"MARUN_MPIRUN_EXTRA_ARGS": "0"}, "'0' is not an option", id="extra-stray"),
+    pytest.param({"MARUN_MPIRUN_EXTRA_ARGS": "-1"}, "'-1' is not an option", id="extra-number"),
+    pytest.param(
+        {"MARUN_MPIRUN_EXTRA_ARGS": "-oProxyCommand=x"}, "is not an option", id="extra-ssh-opt"
+    ),
     pytest.param({"MARUN_MPI_FORWARD_ENV": "PATH,A-B"}, "mpi_forward_env='A-B'", id="forward-name"),
     pytest.param({"MA_VJ_NAME": "../etc"}, "MA_VJ_NAME='../etc'", id="job-name-path"),
     pytest.param({"MARUN_RUN_DIR": "/tmp/a b"}, "run_dir='/tmp/a b'", id="run-dir-space"),
@@ -718,3 +744,50 @@ def test_real_mpirun_takes_the_planned_argv(job: Path) -> None:
     assert res.returncode == 0, res.stderr
     lines = sorted(line.split("<stdout>:", 1)[1] for line in res.stdout.splitlines())
     assert lines == [f"rank 0 {JOB}", f"rank 1 {JOB}"], res.stdout  # [job,rank]<stdout>:
+
+
+def test_user_variables_reach_every_rank_by_name(job: Path) -> None:
+    """By default every variable of node 0's container travels as `-x NAME` (S3_*, SHARED_*,
+    the user's own, secrets by name), none of the per-node or session ones, no value in argv;
+    run_mpi.sh's Horovod defaults unless the user set them."""
+    env = platform_env(
+        job,
+        2,
+        1,
+        S3_ENDPOINT="https://obs.example",
+        SHARED_DIR="/cache",
+        MY_FLAG="1",
+        MY_API_KEY="hunter2",
+        HOROVOD_MPI_THREADS_DISABLE="0",
+        OMPI_MCA_x="y",
+    )
+    data = plan_json(job, env)
+    argv = mpirun_of(procs_of(data["nodes"][0])["mpi-leader"]["argv"])
+    shipped = [argv[i + 1] for i, w in enumerate(argv) if w == "-x"]
+    for name in (
+        "S3_ENDPOINT",
+        "SHARED_DIR",
+        "MY_FLAG",
+        "MY_API_KEY",
+        "HOROVOD_MPI_THREADS_DISABLE",
+    ):
+        assert name in shipped
+    for name in ("VC_TASK_INDEX", "HOME", "PWD", "OMPI_MCA_x", "MARUN_NIC", "MARUN_RUN_DIR"):
+        assert name not in shipped
+    assert "NCCL_SOCKET_FAMILY=AF_INET" in shipped
+    assert "HOROVOD_MPI_THREADS_DISABLE=1" not in shipped  # the user's 0 wins, by name
+    assert "hunter2" not in json.dumps(data)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "--mca btl_tcp_if_include eth0",
+        "-x FOO --oversubscribe",
+        "--report-bindings -v",
+        "--bind-to core --map-by ppr:1:node",
+        "--output-filename=/tmp/x",
+    ],
+)
+def test_well_formed_mpirun_extra_args_pass(job: Path, extra: str) -> None:
+    plan_json(job, platform_env(job, 2, 1, MARUN_MPIRUN_EXTRA_ARGS=extra))

@@ -39,7 +39,8 @@ class Settings:
     sshd_port: int = 36666
     ssh_dir: str | None = None  # where the platform mounts id_rsa/authorized_keys; default ~/.ssh
     mpirun_extra_args: tuple[str, ...] = ()
-    mpi_forward_env: tuple[str, ...] = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "MA_*", "VC_*")
+    # `*`: every variable of node 0's container but per-node, session and MPI's own (mpi/planner)
+    mpi_forward_env: tuple[str, ...] = ("*",)
     formation_timeout: float = 600.0  # seconds node 0 waits for every peer's sshd to let it in
     peer_timeout: float = 60.0  # seconds a node waits for a silent node 0 before giving up
     mpi_watch_port: int = 36667  # node 0's liveness port, watched by the other nodes

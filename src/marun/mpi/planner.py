@@ -19,11 +19,17 @@ names in marun.mpi.run_dir). Choices a reviewer should know:
   (Volcano #1972) and has no domain to strip.
 - Variables reach the ranks as `-x NAME` only, never `-x NAME=value`: Open MPI ships the values
   inside its launch message to each node's orted, so no value appears in an argv, in `ps` or in
-  this plan. The set is `mpi_forward_env` (names and `PREFIX*` patterns). A pattern never sweeps
-  in a secret-named variable (run_mpi.sh's unanchored `SHARED_` shipped `JOB_SHARED_TOKEN`), nor
-  a variable that differs per node (VC_TASK_INDEX, MA_CURRENT_IP, ...: node 0's value would
-  overwrite each node's own), nor Open MPI's own OMPI_/PMIX_ variables. A secret the ranks need
-  is forwarded when named in full in `mpi_forward_env`, still by name only.
+  this plan. The set is `mpi_forward_env`: by default `*`, every variable of node 0's container
+  (what the user set for the job, S3_*, SHARED_*, the image's own), as the ranks on node 0 see
+  them; the ranks on the other nodes are started by an sshd session, which has none of them.
+  Never forwarded: variables that differ per node (VC_TASK_INDEX, MA_CURRENT_IP, HOSTNAME, ...:
+  node 0's value would overwrite each node's own), the login session's (HOME, PWD, SHLVL, ...),
+  marun's own settings (MARUN_*) and Open MPI's (OMPI_*, PMIX_*). `*` forwards secret-named
+  variables too, by name: every container of the job holds the same values already. Narrower
+  `PREFIX*` patterns never sweep in a secret-named variable (run_mpi.sh's unanchored `SHARED_`
+  shipped `JOB_SHARED_TOKEN`); name one in full to forward it, still by name only.
+- Unless the user set them, the ranks get what run_mpi.sh sets for Horovod over NCCL:
+  `NCCL_SOCKET_FAMILY=AF_INET` and `HOROVOD_MPI_THREADS_DISABLE=1`.
 - `plm_rsh_no_tree_spawn 1` always: mpirun itself sshes to every node, so the only ssh path the
   job needs is node 0 -> each node, which is exactly what mpi-leader checks before starting
   mpirun; a tree spawn would also need every node to reach every other with a key only node 0
@@ -74,6 +80,13 @@ PLATFORM_KEY = "id_rsa"  # what Volcano's ssh plugin mounts, with id_rsa.pub and
 
 # Variables whose value is this node's own: forwarding node 0's would overwrite every node's.
 NODE_LOCAL_VARS = frozenset({*TASK_INDEX_VARS, "MA_CURRENT_IP", "MA_CURRENT_HOST_IP", "HOSTNAME"})
+# The login session's own (sshd sets them for the ranks' session), and per-host scratch space.
+SESSION_VARS = frozenset(
+    {"HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD", "SHLVL", "_", "TERM", "MAIL", "TMPDIR"}
+    | {"SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK", "DISPLAY", "LS_COLORS"}
+)
+# What run_mpi.sh sets for Horovod over NCCL; the user's own value wins.
+RANK_DEFAULTS = (("NCCL_SOCKET_FAMILY", "AF_INET"), ("HOROVOD_MPI_THREADS_DISABLE", "1"))
 # Open MPI sets these per process; forwarding mpirun's would clobber each rank's.
 MPI_OWN_PREFIXES = ("OMPI_", "ORTE_", "OPAL_", "PMIX_")
 
@@ -84,6 +97,9 @@ _OWNED = frozenset(
     | {"-default-hostfile", "--default-hostfile"}
 )
 _MCA = frozenset({"-mca", "--mca", "-gmca", "--gmca"})
+# An mpirun option word: `-name`, `--name` or `--name=value` (Open MPI's single-dash options take
+# their value as the next word, never after `=`).
+_OPTION_WORD = re.compile(r"-[A-Za-z][A-Za-z0-9_-]*|--[A-Za-z][A-Za-z0-9_-]*(=.*)?", re.S)
 _FLAGS = {"-bind-to": "bind-to", "-map-by": "map-by", "-tag-output": "tag-output"}
 _FLAGS.update({"-" + k: v for k, v in _FLAGS.items()})
 _FLAGS.update(
@@ -278,8 +294,26 @@ def extra_overrides(extra: Sequence[str]) -> frozenset[str]:
             continue
         if option in _FLAGS:
             keys.add(_FLAGS[option])
-        i += 1
+        if not _OPTION_WORD.fullmatch(word):
+            raise _bad_extra(
+                extra,
+                f"mpirun options (-name or --name, each with its value after it); {word!r} is "
+                "not an option",
+            )
+        # The option's value, if the next word is not an option itself (mpirun knows which
+        # options take one; marun only keeps stray words such as `0` or `[1,` out).
+        i += 2 if i + 1 < len(extra) and not extra[i + 1].startswith("-") else 1
     return frozenset(keys)
+
+
+def _never_forwarded(name: str) -> bool:
+    return (
+        not _NAME.fullmatch(name)
+        or name in NODE_LOCAL_VARS
+        or name in SESSION_VARS
+        or name.startswith(MPI_OWN_PREFIXES)
+        or name.startswith("MARUN_")
+    )
 
 
 def forwarded_names(platform: Platform) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -288,21 +322,22 @@ def forwarded_names(platform: Platform) -> tuple[tuple[str, ...], tuple[str, ...
     names: list[str] = []
     held: list[str] = []
     for entry in platform.settings.mpi_forward_env:
+        if entry == "*":  # everything node 0's container has, secrets by name included
+            names += [name for name in sorted(env) if not _never_forwarded(name)]
+            continue
         prefix = entry[:-1] if entry.endswith("*") else None
         if not _NAME.fullmatch(entry if prefix is None else prefix):
             raise bad_value(
                 "mpi_forward_env",
                 entry,
-                "variable names or PREFIX* patterns with a non-empty prefix, comma-separated",
+                "variable names, PREFIX* patterns or * (everything), comma-separated",
             )
         if prefix is None:
             if entry in env:
                 names.append(entry)
             continue
         for name in sorted(env):
-            if not name.startswith(prefix) or not _NAME.fullmatch(name):
-                continue
-            if name in NODE_LOCAL_VARS or name.startswith(MPI_OWN_PREFIXES):
+            if not name.startswith(prefix) or _never_forwarded(name):
                 continue
             if is_secret_name(name):
                 held.append(name)
@@ -371,6 +406,11 @@ def mpirun_argv(
     nccl = "NCCL_SOCKET_IFNAME"
     ours.append(("x:" + nccl, ("-x", nccl if platform.env.get(nccl) else f"{nccl}={nic.name}")))
     ours += [("x:" + name, ("-x", name)) for name in forward]
+    ours += [
+        ("x:" + name, ("-x", f"{name}={value}"))
+        for name, value in RANK_DEFAULTS
+        if name not in platform.env
+    ]
     argv = ["mpirun", "-np", str(hosts * layout.slots), "--hostfile", layout.hostfile]
     for key, words in ours:
         if key not in overridden:
