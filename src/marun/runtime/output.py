@@ -13,9 +13,9 @@ process not shown); only the last `TAIL_LINES` lines of a block are split off fo
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections import deque
+from collections.abc import Callable
 
 from marun._files import private_dir, write_all
 from marun.errors import bad_value
@@ -30,12 +30,13 @@ _TAIL_WIDTH = 2000  # characters of each kept line
 
 
 def open_log(path: str) -> int:
-    """Open (truncate) a process's log file, mode 0600, in its private directory."""
+    """Open (truncate) a process's log file, mode 0600, in its private directory. Never through
+    a symbolic link: one planted where a log goes would have marun (often root) truncate and
+    fill, and chmod, whatever it points at."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
     try:
         private_dir(os.path.dirname(path) or ".", strict=False)
-        fd = os.open(
-            path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600
-        )
+        fd = os.open(path, flags, 0o600)
         os.fchmod(fd, 0o600)
     except OSError as exc:
         raise bad_value("log file", path, f"a path marun can write ({exc.strerror})") from None
@@ -73,18 +74,31 @@ class OutputStream:
     selected) and to the tail kept for the failure summary."""
 
     def __init__(
-        self, log_fd: int, console: Console | None, prefix: bytes, tail: deque[str]
+        self,
+        log_fd: int,
+        console: Console | None,
+        prefix: bytes,
+        tail: deque[str],
+        on_log_error: Callable[[OSError], None] | None = None,
     ) -> None:
         self._log_fd = log_fd
         self._console = console
         self._prefix = prefix
         self._tail = tail
         self._pending = bytearray()
+        self._on_log_error = on_log_error
+        self._log_ok = True
 
     def feed(self, data: bytes) -> None:
-        # A full disk must not stop the job; the console still shows the output.
-        with contextlib.suppress(OSError):
-            write_all(self._log_fd, data)
+        # A full disk must not stop the job (the console still shows the output), but it must
+        # not go unsaid either: the first failed write is reported once, then the log rests.
+        if self._log_ok:
+            try:
+                write_all(self._log_fd, data)
+            except OSError as exc:
+                self._log_ok = False
+                if self._on_log_error is not None:
+                    self._on_log_error(exc)
         end = data.rfind(b"\n")
         if end < 0:
             self._pending += data

@@ -138,11 +138,18 @@ class JobRecord:
         }
 
 
+def result_file_name(node: int) -> str:
+    """`result.json` on node 0 (and on a one-node job), `result.node<i>.json` on node i: the
+    nodes of a job often share one log directory (a shared volume), and no node may overwrite
+    another's record."""
+    return "result.json" if node == 0 else f"result.node{node}.json"
+
+
 def write_result(directory: str, job: JobRecord) -> str:
-    """Write `<directory>/result.json` atomically (a reader never sees half a file)."""
+    """Write this node's record into `directory` atomically (a reader never sees half a file)."""
     from marun._files import atomic_write, private_dir
 
-    path = os.path.join(private_dir(directory, strict=False), "result.json")
+    path = os.path.join(private_dir(directory, strict=False), result_file_name(job.node))
     atomic_write(path, json.dumps(job.to_dict(), indent=2) + "\n", 0o600)
     return path
 

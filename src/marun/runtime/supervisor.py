@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import selectors
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -51,6 +53,30 @@ if TYPE_CHECKING:
 _KILL_WAIT = 10.0  # after SIGKILL, how long to wait for the kernel to take processes away
 _TICK = 0.5  # at most this long between checks, so nothing depends on a single wake-up
 _READ_SIZE = 1 << 18  # per pipe and wake-up: a chatty rank cannot starve the others
+
+
+def _die_with_marun_setup() -> Callable[[], None] | None:
+    """A child-side hook that has the kernel SIGKILL the process when marun dies (Linux's
+    PR_SET_PDEATHSIG), so that ranks never outlive a marun that was itself SIGKILLed (an OOM
+    kill, `kill -9`, a node agent's force stop): they would hold the accelerators and the
+    job's ports. None where it is not available; supervision works the same without it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+
+    def setup() -> None:  # runs in the child between fork and exec: a single system call
+        prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+
+    return setup
+
+
+_DIE_WITH_MARUN = _die_with_marun_setup()
 
 
 class Phase(Enum):
@@ -180,6 +206,9 @@ class Supervisor:
                 stdout=write_fd,
                 stderr=write_fd,
                 start_new_session=True,
+                # One prctl call between fork and exec: no lock is taken, so threads (the job
+                # link's) cannot deadlock it.
+                preexec_fn=_DIE_WITH_MARUN,  # noqa: PLW1509
             )
         except OSError as exc:
             os.close(read_fd)
@@ -199,7 +228,11 @@ class Supervisor:
             f"[{self._node.index}:{rec.label}] ".encode() if self._options.prefix_output else b""
         )
         stream = OutputStream(
-            self._log_fds[index], self._console if shown else None, prefix, rec.tail
+            self._log_fds[index],
+            self._console if shown else None,
+            prefix,
+            rec.tail,
+            on_log_error=functools.partial(self._log_not_written, spec.name, spec.log),
         )
         self._sel.register(read_fd, selectors.EVENT_READ, stream)
         self._running[popen.pid] = (rec, popen)
@@ -456,6 +489,16 @@ class Supervisor:
         self._log = get_logger("marun.runtime.supervisor")
         for event, level, fields, at in early:
             self._emit(event, level, _at=at, **fields)
+
+    def _log_not_written(self, name: str, log: str, exc: OSError) -> None:
+        self._emit(
+            "log_not_written",
+            "warning",
+            process=name,
+            log=log,
+            error=exc.strerror,
+            detail="the rest of this process's output reaches the console only",
+        )
 
     def _emit(self, event: str, level: str = "info", **fields: object) -> None:
         """A structlog event; a closed stderr must not stop the supervision."""
