@@ -130,3 +130,18 @@ def test_bad_input(job: Path, args: list[str], message: str) -> None:
     assert message in res.stderr
     assert "Traceback" not in res.stderr
     assert not (job / "marun_logs").exists()
+
+
+@pytest.mark.parametrize("mode", ["pytorch", "mindspore", "ascend"])
+def test_the_shown_plan_is_what_each_node_runs(job: Path, mode: str) -> None:
+    """Each node's processes are shown with that node's own log directory, and supervised (the
+    inner runs are started with --supervise), as each container plans them."""
+    res = run_marun(["simulate", "--mode", mode, "--", "job.py"], cwd=job)
+    assert res.returncode == 0, res.stderr
+    table = res.stdout.split("\n\n")
+    node_blocks = [b for b in table if re.match(r"node \d+ ", b)]
+    assert len(node_blocks) == 2, res.stdout
+    for i, block in enumerate(node_blocks):
+        logs = re.findall(r" log (\S+)", block)
+        assert logs and all(f"/simulate/node{i}/" in log for log in logs), block
+    assert "lone process supervised" in res.stdout

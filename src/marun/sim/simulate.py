@@ -243,6 +243,34 @@ def inner_platform(platform: Platform, container: Container) -> Platform:
     )
 
 
+def job_plan(mode: str, platform: Platform, planned: Sequence[Container]) -> LaunchPlan:
+    """The simulated job's plan, exactly as its containers run it: each container's own plan
+    (its own log directory, its own node index; `--supervise`, as the inner runs are started),
+    the containers of one node (Ascend's once-per-device starts) joined into that node."""
+    from marun.plan.modes import build_plan
+
+    nodes: dict[int, NodePlan] = {}
+    notes: dict[str, None] = {}
+    plans = [
+        build_plan(mode, inner_platform(platform, c), all_nodes=False, always_supervise=True)
+        for c in planned
+    ]
+    for plan in plans:
+        notes.update(dict.fromkeys(plan.notes))
+        for node in plan.nodes:
+            seen = nodes.get(node.index)
+            nodes[node.index] = (
+                node
+                if seen is None
+                else replace(
+                    seen, files=seen.files + node.files, processes=seen.processes + node.processes
+                )
+            )
+    return LaunchPlan(
+        mode, tuple(nodes[i] for i in sorted(nodes)), tuple(notes), plans[0].supervision
+    )
+
+
 def outer_supervision(platform: Platform, sim_dir: str) -> Supervision:
     """How this machine watches the simulated nodes: always supervised (even one node), result.json
     in the simulation directory, no prefix and no console selection (each inner `marun run`
@@ -382,10 +410,9 @@ def simulate(request: SimulateRequest) -> int:
     )
     write_inputs(request.mode, request.nodes, request.devices, sim_dir)
     if request.show_plan:
-        from marun.plan.modes import build_plan
         from marun.plan.render import render_table
 
-        job = build_plan(request.mode, inner_platform(platform, planned[0]), all_nodes=True)
+        job = job_plan(request.mode, platform, planned)
         sys.stdout.write(render_table(job) + "\n")
         sys.stdout.flush()
     return execute(outer)
