@@ -791,3 +791,16 @@ def test_user_variables_reach_every_rank_by_name(job: Path) -> None:
 )
 def test_well_formed_mpirun_extra_args_pass(job: Path, extra: str) -> None:
     plan_json(job, platform_env(job, 2, 1, MARUN_MPIRUN_EXTRA_ARGS=extra))
+
+
+@pytest.mark.parametrize(
+    ("hosts", "listed"),
+    [
+        ("10.0.0.1,10.0.0.2", "hostfile lists addresses:"),
+        ("a.job,b.job", "hostfile lists host names:"),
+        ("a.job,10.0.0.2", "hostfile lists host names and addresses:"),
+    ],
+)
+def test_the_hostfile_note_says_what_it_lists(job: Path, hosts: str, listed: str) -> None:
+    data = plan_json(job, platform_env(job, 2, 1, VC_WORKER_HOSTS=hosts))
+    assert any(note.startswith(listed) for note in data["notes"]), data["notes"]

@@ -428,11 +428,26 @@ def _notes(
     hosts = len(layout.hosts)
     notes: list[str] = []
     if nic is not None and hosts > 1:  # node 0 is in the plan
+        from marun.inputs.hosts import is_ip
+
+        named = [h for h in layout.hosts if not is_ip(h)]
+        listed = (
+            "host names"
+            if len(named) == hosts
+            else "addresses"
+            if not named
+            else "host names and addresses"
+        )
+        then = (
+            "then writes each host's IPv4 address instead and starts mpirun"
+            if named
+            else "then starts mpirun"
+        )
         notes.append(
-            "hostfile lists host names: mpi-leader first forms the cluster (every name "
-            "resolved and every peer's sshd letting node 0 in with mpirun's own ssh options, "
-            f"all at once, within formation_timeout={layout.formation_timeout:g}s), then writes "
-            "each host's IPv4 address instead and starts mpirun"
+            f"hostfile lists {listed}: mpi-leader first forms the cluster (every "
+            f"{'name resolved and every ' if named else ''}peer's sshd letting node 0 in with "
+            "mpirun's own ssh options, all at once, within "
+            f"formation_timeout={layout.formation_timeout:g}s), {then}"
         )
     if hosts > 1:
         others = "node 1 runs" if hosts == 2 else f"nodes 1-{hosts - 1} run"
