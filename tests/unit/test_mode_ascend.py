@@ -34,7 +34,12 @@ def _plan(script: Path, env: dict[str, str], *options: str, code: int = 0) -> di
     data: dict[str, Any] = json.loads(res.stdout)
     # The supervision settings (defaults here) are tested with the CLI; these tests are the layout.
     assert data.pop("supervision")["grace_period"] == 30.0
+    # A lone process is exec'd: the plan says so (tested in test_per_device_seed_002).
+    data["notes"] = [n for n in data["notes"] if not n.startswith(EXEC_NOTE)]
     return data
+
+
+EXEC_NOTE = "one process: marun execs it (unless marun is PID 1)"
 
 
 def _proc(
@@ -81,6 +86,9 @@ def test_per_device_seed_002(script: Path) -> None:
     table = TABLES / "ascend_tutorial_1x8.json"
     workdir = script.parent.resolve()
     env = {"RANK_TABLE_FILE": str(table), "RANK_ID": "3", "RANK_SIZE": "8", "ASCEND_DEVICE_ID": "3"}
+    res = run_marun(["plan", "--mode", "ascend", "--", script.name], env=env, cwd=script.parent)
+    exec_notes = [n for n in json.loads(res.stdout)["notes"] if n.startswith(EXEC_NOTE)]
+    assert len(exec_notes) == 1 and "device3/rank_3.log" in exec_notes[0]
     assert _plan(script, env, "--mode", "ascend") == {
         "schema": 1,
         "mode": "ascend",

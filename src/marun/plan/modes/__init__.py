@@ -57,7 +57,16 @@ def build_plan(
         raise bad_value("--mode", mode, "auto or one of " + ", ".join(MODES))
     module = import_module(PLANNERS[mode])
     plan: LaunchPlan = module.plan(platform, all_nodes)
-    return replace(plan, supervision=watching)
+    notes = plan.notes
+    procs = plan.nodes[0].processes if len(plan.nodes) == 1 else ()
+    if not all_nodes and not always_supervise and len(procs) == 1 and not procs[0].daemon:
+        notes = (
+            *notes,
+            f"one process: marun execs it (unless marun is PID 1), so its output goes to "
+            f"marun's own stdout and stderr, not to {procs[0].log}, and no result.json is "
+            "written; --supervise keeps marun in front and writes both",
+        )
+    return replace(plan, supervision=watching, notes=notes)
 
 
 def plan_from_environment(
