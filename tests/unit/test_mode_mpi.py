@@ -114,10 +114,20 @@ def mpirun_of(leader: list[str]) -> list[str]:
 
 
 def expected_mpirun(
-    job: Path, np: int, key: str, forwarded: list[str], *, tail: tuple[str, ...] = ()
+    job: Path,
+    np: int,
+    key: str,
+    forwarded: list[str],
+    *,
+    hosts: int = 1,
+    tail: tuple[str, ...] = (),
 ) -> list[str]:
-    """mpirun's argv as docs/platform-contract.md and docs/mpi.md give it, flag by flag."""
+    """mpirun's argv as docs/platform-contract.md and docs/mpi.md give it, flag by flag: on
+    several hosts Open MPI's interfaces by network (lo's is 127.0.0.0/8 here) and NCCL's left to
+    each node; on one host both by name."""
     run = job / "run" / JOB
+    net = "lo" if hosts == 1 else "127.0.0.0/8"
+    nccl = ("-x", "NCCL_SOCKET_IFNAME=lo") if hosts == 1 else ()
     return [
         "mpirun",
         *("-np", str(np)),
@@ -128,12 +138,12 @@ def expected_mpirun(
         "--allow-run-as-root",  # these tests run as root; the non-root case is below
         *("--bind-to", "none", "--map-by", "slot"),
         *("--mca", "pml", "ob1", "--mca", "btl", "^openib"),
-        *("--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"),
+        *("--mca", "btl_tcp_if_include", net, "--mca", "oob_tcp_if_include", net),
         "--tag-output",
         *("--mca", "orte_abort_on_non_zero_status", "1"),
         *("--mca", "plm_rsh_no_tree_spawn", "1"),
         *("--mca", "orte_keep_fqdn_hostnames", "1"),
-        *("-x", "NCCL_SOCKET_IFNAME=lo"),
+        *nccl,
         *[w for name in forwarded for w in ("-x", name)],
         *("-x", "NCCL_SOCKET_FAMILY=AF_INET", "-x", "HOROVOD_MPI_THREADS_DISABLE=1"),
         sys.executable,
@@ -202,7 +212,12 @@ def test_all_nodes_plan(
     forwarded = default_forwarded(clean_env(env))
     assert {"PATH", "LD_LIBRARY_PATH", "MA_NUM_HOSTS", "MA_VJ_NAME"} <= set(forwarded)
     mpirun = expected_mpirun(
-        job, hosts * slots, str(job / "ssh" / "id_rsa"), forwarded, tail=("--epochs", "3")
+        job,
+        hosts * slots,
+        str(job / "ssh" / "id_rsa"),
+        forwarded,
+        hosts=hosts,
+        tail=("--epochs", "3"),
     )
     leader = procs["mpi-leader"]
     assert leader["argv"] == leader_argv(job, hosts, mpirun, str(job / "ssh" / "id_rsa"))
@@ -326,8 +341,9 @@ def test_nic_from_ma_current_ip_and_node_local_vars_stay_home(job: Path) -> None
     node's own (its index, its address) are never shipped to the other nodes' ranks."""
     env = platform_env(job, 2, 1, MARUN_NIC="", MA_CURRENT_IP="127.0.0.1", VK_TASK_INDEX="0")
     argv = mpirun_of(procs_of(plan_json(job, env)["nodes"][0])["mpi-leader"]["argv"])
-    assert argv[argv.index("btl_tcp_if_include") + 1] == "lo"
-    assert "NCCL_SOCKET_IFNAME=lo" in argv
+    # lo's network, by CIDR: the same on every node whatever it calls its interface
+    assert argv[argv.index("btl_tcp_if_include") + 1] == "127.0.0.0/8"
+    assert not any(w.startswith("NCCL_SOCKET_IFNAME") for w in argv)  # each node's own
     shipped = {argv[i + 1] for i, w in enumerate(argv) if w == "-x"}
     assert not shipped & {"MA_CURRENT_IP", "VC_TASK_INDEX", "VK_TASK_INDEX"}
     assert "MA_NUM_HOSTS" in shipped

@@ -20,6 +20,23 @@ class Nic:
     name: str
     address: str
 
+    def network(self) -> str | None:
+        """The IPv4 network of this address, in CIDR notation (`10.0.3.0/24`): names the same
+        network on every node, whatever each node calls its interface. None where unknown."""
+        import ipaddress
+
+        import netifaces
+
+        try:
+            entries = netifaces.ifaddresses(self.name).get(netifaces.AF_INET, [])
+        except ValueError:  # the interface is gone
+            return None
+        for entry in entries:
+            if entry.get("addr") == self.address and entry.get("netmask"):
+                iface = ipaddress.IPv4Interface(f"{self.address}/{entry['netmask']}")
+                return str(iface.network)
+        return None
+
 
 def ipv4_by_interface() -> dict[str, list[str]]:
     import netifaces  # lazy: only modes that need a NIC pay for it

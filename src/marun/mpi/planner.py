@@ -383,6 +383,9 @@ def mpirun_argv(
     extra = platform.settings.mpirun_extra_args
     overridden = extra_overrides(extra)
     hosts = len(layout.hosts)
+    # Open MPI's interfaces: by network (CIDR) on several hosts, which holds on every node
+    # whatever it calls its interface; by name on one host.
+    peers_net = (nic.network() or nic.name) if hosts > 1 else nic.name
     ours: list[tuple[str, tuple[str, ...]]] = [
         ("mca:plm_rsh_args", ("--mca", "plm_rsh_args", plm_rsh_args(ssh_options(layout)))),
     ]
@@ -393,8 +396,8 @@ def mpirun_argv(
         ("map-by", ("--map-by", "slot")),
         ("mca:pml", ("--mca", "pml", "ob1")),
         ("mca:btl", ("--mca", "btl", "^openib")),
-        ("mca:btl_tcp_if_include", ("--mca", "btl_tcp_if_include", nic.name)),
-        ("mca:oob_tcp_if_include", ("--mca", "oob_tcp_if_include", nic.name)),
+        ("mca:btl_tcp_if_include", ("--mca", "btl_tcp_if_include", peers_net)),
+        ("mca:oob_tcp_if_include", ("--mca", "oob_tcp_if_include", peers_net)),
         ("tag-output", ("--tag-output",)),
         ("mca:orte_abort_on_non_zero_status", ("--mca", "orte_abort_on_non_zero_status", "1")),
         ("mca:plm_rsh_no_tree_spawn", ("--mca", "plm_rsh_no_tree_spawn", "1")),
@@ -404,7 +407,12 @@ def mpirun_argv(
     # Open MPI cuts `job-worker-1.job` to `job-worker-1` before ssh unless told to keep it.
     ours.append(("mca:orte_keep_fqdn_hostnames", ("--mca", "orte_keep_fqdn_hostnames", "1")))
     nccl = "NCCL_SOCKET_IFNAME"
-    ours.append(("x:" + nccl, ("-x", nccl if platform.env.get(nccl) else f"{nccl}={nic.name}")))
+    if platform.env.get(nccl):
+        ours.append(("x:" + nccl, ("-x", nccl)))
+    elif hosts == 1:
+        ours.append(("x:" + nccl, ("-x", f"{nccl}={nic.name}")))
+    # Several hosts: NCCL takes an interface name, not a network, and node 0's name need not be
+    # the others' (eth0 here, ib0 there): each rank's NCCL picks its own node's interface.
     ours += [("x:" + name, ("-x", name)) for name in forward]
     ours += [
         ("x:" + name, ("-x", f"{name}={value}"))
@@ -457,9 +465,15 @@ def _notes(
             f"peer_timeout={layout.peer_timeout:g}s"
         )
         if nic is not None:
+            net = nic.network()
             notes.append(
-                f"btl_tcp_if_include, oob_tcp_if_include and NCCL_SOCKET_IFNAME name node 0's "
-                f"interface {nic.name!r}: every node needs an interface of that name"
+                f"btl_tcp_if_include and oob_tcp_if_include name node 0's network {net} (the "
+                f"network of {nic.name} {nic.address}), which every node reaches whatever it "
+                "calls its interface; NCCL_SOCKET_IFNAME is left to each node unless set"
+                if net
+                else f"btl_tcp_if_include and oob_tcp_if_include name node 0's interface "
+                f"{nic.name!r} (its network is unknown): every node needs an interface of that "
+                "name; NCCL_SOCKET_IFNAME is left to each node unless set"
             )
     if sshd is None:
         notes.append(
