@@ -404,3 +404,19 @@ def test_rank_must_agree_with_the_platforms_task_index(script: Path) -> None:
     assert "--rank='1' but VC_TASK_INDEX='0'" in res.stderr
     ok = run_marun([*args, *init], env={**env, "VC_TASK_INDEX": "1"}, cwd=script.parent)
     assert ok.returncode == 0, ok.stderr
+
+
+def test_socket_ifname_is_never_pinned_to_a_guess(script: Path) -> None:
+    """Node 1, node 0 elsewhere, no MA_CURRENT_IP, no nic: marun does not know this node's
+    interface, so it leaves GLOO/NCCL_SOCKET_IFNAME to the libraries instead of guessing from
+    the default route. With `nic` (or MA_CURRENT_IP) it sets them."""
+    args = ["plan", "--format", "json", "--mode", "pytorch", "--", script.name]
+    init = ["--init_method", "tcp://192.0.2.10:29500", "--rank", "1", "--world_size", "2"]
+    env = {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "1"}
+    res = run_marun([*args, *init], env=env, cwd=script.parent)
+    assert res.returncode == 0, res.stderr
+    (proc,) = json.loads(res.stdout)["nodes"][0]["processes"]
+    assert "GLOO_SOCKET_IFNAME" not in proc["env"] and "NCCL_SOCKET_IFNAME" not in proc["env"]
+    res = run_marun([*args, *init], env={**env, "MARUN_NIC": "lo"}, cwd=script.parent)
+    (proc,) = json.loads(res.stdout)["nodes"][0]["processes"]
+    assert proc["env"]["GLOO_SOCKET_IFNAME"] == proc["env"]["NCCL_SOCKET_IFNAME"] == "lo"

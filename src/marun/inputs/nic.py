@@ -17,8 +17,13 @@ from marun.errors import bad_value
 
 @dataclass(frozen=True)
 class Nic:
+    """An interface and the address marun talks through. `guessed`: chosen by the default route
+    or as the first interface, not by configuration or a known address; the *_SOCKET_IFNAME
+    variables are never pinned to a guess (common.socket_ifname_env)."""
+
     name: str
     address: str
+    guessed: bool = False
 
     def network(self) -> str | None:
         """The IPv4 network of this address, in CIDR notation (`10.0.3.0/24`): names the same
@@ -80,8 +85,8 @@ def choose_nic(configured: str | None, hints: Iterable[str] = ()) -> Nic:
                 return Nic(name, addr)
     default = _default_route_interface()
     if default and default in table:
-        return Nic(default, table[default][0])
+        return Nic(default, table[default][0], guessed=True)
     for name, addrs in table.items():
         if name != "lo":
-            return Nic(name, addrs[0])
-    return Nic("lo", table.get("lo", ["127.0.0.1"])[0])
+            return Nic(name, addrs[0], guessed=True)
+    return Nic("lo", table.get("lo", ["127.0.0.1"])[0], guessed=True)

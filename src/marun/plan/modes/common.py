@@ -29,7 +29,12 @@ def log_dir(platform: Platform) -> str:
 
 
 def socket_ifname_env(platform: Platform, nic: Nic, names: tuple[str, ...]) -> dict[str, str]:
-    """Set each `*_SOCKET_IFNAME` the user has not set already."""
+    """Set each `*_SOCKET_IFNAME` the user has not set already, to an interface chosen by the
+    `nic` setting or by an address known to be this node's or its peers' meeting point; never to
+    a guess from the default route, which would pin the collective library to the wrong NIC
+    where it would have found the right one by itself."""
+    if nic.guessed:
+        return {}
     return {name: nic.name for name in names if not platform.env.get(name)}
 
 
