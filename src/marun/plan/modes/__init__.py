@@ -44,6 +44,34 @@ def detect_mode(platform: Platform) -> str:
     )
 
 
+def _other_device_start(mode: str, platform: Platform, all_nodes: bool) -> LaunchPlan | None:
+    """Ascend's platform runs the start file once per device, each run with its own
+    ASCEND_DEVICE_ID. The modes that start a whole node's processes from one run (mindspore, and
+    ascend with --per-node) would start them once per device: 8 schedulers on one port, N x N
+    workers. As the platform's documentation advises for such start files, only device 0's run
+    plans the node; the others' plan is empty (marun exits 0 at once)."""
+    if mode not in ("mindspore", "ascend") or all_nodes:
+        return None
+    if mode == "ascend" and not platform.settings.per_node:
+        return None
+    raw = platform.env.get("ASCEND_DEVICE_ID", "")
+    if not raw.strip():
+        return None
+    from marun.inputs.numbers import parse_int
+
+    device = parse_int("ASCEND_DEVICE_ID", raw, 0, 1023)
+    if device == 0:
+        return None
+    from marun.plan.launch_plan import NodePlan
+
+    note = (
+        f"ASCEND_DEVICE_ID={device}: the platform starts this file once per device, and "
+        f"{'mindspore mode' if mode == 'mindspore' else '--per-node'} plans the whole node "
+        "from device 0's start; this start plans nothing and exits 0"
+    )
+    return LaunchPlan(mode, (NodePlan(0, platform.hostname),), (note,))
+
+
 def build_plan(
     mode: str, platform: Platform, all_nodes: bool = False, always_supervise: bool = False
 ) -> LaunchPlan:
@@ -55,6 +83,9 @@ def build_plan(
         mode = detect_mode(platform)
     if mode not in MODES:
         raise bad_value("--mode", mode, "auto or one of " + ", ".join(MODES))
+    skipped = _other_device_start(mode, platform, all_nodes)
+    if skipped is not None:
+        return replace(skipped, supervision=watching)
     module = import_module(PLANNERS[mode])
     plan: LaunchPlan = module.plan(platform, all_nodes)
     notes = plan.notes
