@@ -384,3 +384,33 @@ def test_run_starts_the_rank_s_process_in_its_device_directory(tmp_path: Path) -
         "RANK_SIZE": "4",
         "RANK_TABLE_FILE": str(table),
     }
+
+
+def test_one_card_container_says_which_device_id_a_script_takes(script: Path) -> None:
+    """A container that sees one card: the platform gives ASCEND_DEVICE_ID=0 (logical) for the
+    rank whose table entry is physical card 5. The process gets both, and the plan says which
+    one a script passes to set_context/set_device (the logical one)."""
+    table = script.parent / "one_card.json"
+    table.write_text(
+        json.dumps(
+            {
+                "version": "1.0",
+                "status": "completed",
+                "server_count": "1",
+                "server_list": [
+                    {
+                        "server_id": "127.0.0.1",
+                        "device": [{"device_id": "5", "device_ip": "29.0.0.5", "rank_id": "0"}],
+                    }
+                ],
+            }
+        )
+    )
+    env = {"RANK_TABLE_FILE": str(table), "RANK_ID": "0", "ASCEND_DEVICE_ID": "0"}
+    plan = _plan(script, env, "--mode", "ascend")
+    (proc,) = plan["nodes"][0]["processes"]
+    assert (proc["env"]["DEVICE_ID"], proc["env"]["ASCEND_DEVICE_ID"]) == ("5", "0")
+    (note,) = [n for n in plan["notes"] if "DEVICE_ID=5" in n]
+    assert "takes ASCEND_DEVICE_ID" in note
+    same = _plan(script, {**env, "ASCEND_DEVICE_ID": "5"}, "--mode", "ascend")
+    assert not [n for n in same["notes"] if "physical id" in n]

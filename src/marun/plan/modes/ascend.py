@@ -169,4 +169,14 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
         nodes.append(
             NodePlan(index=index, host=server.host_ip or server.server_id, processes=processes)
         )
+    for node in nodes if not all_nodes else ():
+        for proc in node.processes:
+            physical, logical = proc.env["DEVICE_ID"], proc.env["ASCEND_DEVICE_ID"]
+            if physical != logical:
+                notes.append(
+                    f"{proc.name}: DEVICE_ID={physical} is the card's physical id (the rank "
+                    f"table's, for HCCL); this container sees it as ASCEND_DEVICE_ID={logical}. "
+                    "A script choosing its device (set_context(device_id=...), "
+                    "torch.npu.set_device) takes ASCEND_DEVICE_ID"
+                )
     return LaunchPlan(mode=MODE, nodes=tuple(nodes), notes=tuple(notes))
