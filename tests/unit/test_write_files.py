@@ -93,3 +93,20 @@ def test_marun_run_refuses_a_file_it_cannot_write(tmp_path: Path) -> None:
     assert res.returncode == 2, res.stderr
     assert res.stderr.startswith(f"marun: error: cannot write {hostfile}: Is a directory")
     assert res.stderr.count("\n") == 1, res.stderr
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="making a directory another user owns needs root")
+def test_a_directory_another_user_made_first_is_refused(tmp_path: Path) -> None:
+    """The run directory's path is predictable: one that someone else created first (and could
+    swap files in) is bad input, not a place to write the sshd config."""
+    planted = tmp_path / "marun-0" / "job"
+    planted.mkdir(parents=True)
+    os.chown(planted, 65534, 65534)
+    with pytest.raises(InputError, match="owned by uid 0"):
+        write_files((FileSpec(str(planted / "sshd_config"), "x", 0o600),))
+    assert not (planted / "sshd_config").exists()
+
+
+def test_the_files_directory_is_made_private(tmp_path: Path) -> None:
+    write_files((FileSpec(str(tmp_path / "run" / "job" / "hostfile"), "h\n", 0o644),))
+    assert stat.S_IMODE((tmp_path / "run" / "job").stat().st_mode) == 0o700

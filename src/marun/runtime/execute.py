@@ -5,18 +5,20 @@ from __future__ import annotations
 import os
 import sys
 
-from marun._files import atomic_write
+from marun._files import atomic_write, private_dir
 from marun.errors import InputError, MarunError
 from marun.plan.launch_plan import FileSpec, LaunchPlan, NodePlan, ProcessSpec
 
 
 def write_files(files: tuple[FileSpec, ...]) -> None:
-    """Write the plan's files (their directories created as needed), each atomically with its
-    final mode and never through a planted symlink (marun._files.atomic_write); a file that
-    cannot be written is bad input: one line naming the path and why."""
+    """Write the plan's files, each atomically with its final mode and never through a planted
+    symlink (marun._files.atomic_write), in a directory private to this user (created 0700; an
+    existing one must be a real directory of ours: the run directory's path is predictable,
+    `$TMPDIR/marun-<uid>/<job>`, and one made by another user first would let them swap the
+    files). A file that cannot be written is bad input: one line naming the path and why."""
     for spec in files:
         try:
-            os.makedirs(os.path.dirname(spec.path) or ".", exist_ok=True)
+            private_dir(os.path.dirname(spec.path) or ".")
             atomic_write(spec.path, spec.content, spec.mode)
         except OSError as exc:
             reason = exc.strerror or str(exc)
