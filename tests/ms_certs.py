@@ -76,3 +76,18 @@ def make_certs(d: Path, ca_days: int = 365, days: int = 365) -> Certs:
     server = make_p12(d, "server", days)
     client = make_p12(d, "client", days)
     return Certs(d / "ca.pem", server, client, PASSWORD)
+
+
+def make_expired_pem(d: Path, name: str) -> Path:
+    """A self-signed PEM certificate that expired yesterday (`req -x509` refuses negative days;
+    `x509 -req -signkey` takes them)."""
+    d.mkdir(parents=True, exist_ok=True)
+    _openssl(
+        "req", "-newkey", "ec", "-pkeyopt", EC_CURVE, "-nodes",
+        "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d,
+    )  # fmt: skip
+    _openssl(
+        "x509", "-req", "-in", f"{name}.csr", "-signkey", f"{name}.key", "-days", "-1",
+        "-out", f"{name}.pem", cwd=d,
+    )  # fmt: skip
+    return d / f"{name}.pem"
