@@ -15,8 +15,9 @@ The passwords come from those same variables in marun's environment, else from
 `ms_client_password_file` / `ms_server_password_file` (first line, newline stripped); never from
 the command line. Their names hold PASSWORD, so every output of marun masks them.
 
-Expiry is read with the `openssl` command (bounded by a timeout); where it is missing, a plan note
-says that expiry was not checked.
+A certificate within the warning window is a plan note and a logged warning
+(`certificate_expires_soon`). Expiry is read with the `openssl` command (bounded by a timeout);
+where it is missing, a plan note says that expiry was not checked.
 """
 
 from __future__ import annotations
@@ -149,6 +150,13 @@ def _expiry_notes(
             raise InputError(f"{setting}: certificate {path} expired on {stamp}: renew it")
         days = (not_after - now) / DAY
         if days < warn_days:
+            from marun.log import get_logger  # lazy: only when there is something to say
+
+            # A run shows no plan notes: the warning must reach the job's log as well.
+            get_logger().warning(
+                "certificate_expires_soon", setting=setting, path=path, not_after=stamp,
+                days=round(days), warning_days=warn_days,
+            )  # fmt: skip
             notes.append(
                 f"{setting}: certificate {path} expires on {stamp}, in {days:.0f} day(s) "
                 f"(within ms_cert_expire_warning_days={warn_days})"
