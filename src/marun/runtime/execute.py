@@ -64,6 +64,11 @@ def execute(
     # until the SIGKILL, and nobody would reap orphans. marun stays, relays and reaps (tini's job).
     lone = len(node.processes) == 1 and not node.processes[0].daemon and os.getpid() != 1
     if lone and not supervise:
+        from marun.runtime.supervisor import recovery_enabled
+
+        # A MindSpore process under recovery must be restarted when it dies: marun stays.
+        supervise = recovery_enabled(node.processes[0], os.environ)
+    if lone and not supervise:
         write_files(node.files)
         exec_process(node.processes[0])
     from marun.runtime.output import Console
