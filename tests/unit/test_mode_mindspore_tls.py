@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -285,3 +286,23 @@ def test_bad_server_num_is_refused(tmp_path: Path) -> None:
     assert "ms_server_num" in _refusal(tmp_path, NODE_ENV, ms_server_num=-1)
     message = _refusal(tmp_path, {**NODE_ENV, "MS_SERVER_NUM": "3"}, ms_server_num=2)
     assert message.startswith("MS_SERVER_NUM='3': expected 2")
+
+
+def test_a_legacy_p12_is_read_and_a_binary_password_file_refused(
+    tmp_path: Path, certs: Certs
+) -> None:
+    d = certs.server.parent
+    legacy = tmp_path / "legacy.p12"
+    subprocess.run(
+        ["openssl", "pkcs12", "-export", "-legacy", "-in", str(d / "server.pem"),
+         "-inkey", str(d / "server.key"), "-out", str(legacy), "-passout", "env:P12_PASS"],
+        env={**os.environ, "P12_PASS": PASSWORD}, check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    settings = _tls(certs, ms_server_cert=str(legacy))
+    (node,) = _plan(tmp_path, {**NODE_ENV, **PASSWORDS}, **settings).nodes
+    assert json.loads(node.files[0].content)["server_cert_path"] == str(legacy)
+
+    (tmp_path / "binary.pw").write_bytes(b"\xff\xfe\x00")
+    env = {**NODE_ENV, "MARUN_MS_CLIENT_PASSWORD": PASSWORD}
+    message = _refusal(tmp_path, env, **_tls(certs, ms_server_password_file="binary.pw"))
+    assert message.startswith("ms_server_password_file='binary.pw': expected a UTF-8 text file")

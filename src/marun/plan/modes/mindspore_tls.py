@@ -82,8 +82,11 @@ def _password(platform: Platform, var: str, setting: str, file: str | None) -> s
         )
     path = os.path.normpath(os.path.join(platform.cwd, file))
     _check_readable(setting, file, path)
-    with open(path, encoding="utf-8", errors="strict") as fh:
-        first = fh.readline()
+    try:
+        with open(path, encoding="utf-8") as fh:
+            first = fh.readline()
+    except UnicodeDecodeError:
+        raise bad_value(setting, file, "a UTF-8 text file holding the password") from None
     return first.rstrip("\r\n")
 
 
@@ -124,17 +127,23 @@ def _p12_not_after(openssl: str, setting: str, path: str, password: str) -> floa
     read the end date of its own certificate."""
     env = {**os.environ, "MARUN_P12_PASS": password}
     dump = [openssl, "pkcs12", "-in", path, "-nokeys", "-clcerts", "-passin", "env:MARUN_P12_PASS"]
-    try:
-        done = subprocess.run(
-            dump, check=False, capture_output=True, timeout=OPENSSL_TIMEOUT, env=env
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        done = None
-    if done is None or done.returncode != 0 or b"CERTIFICATE" not in done.stdout:
+    out = None
+    # OpenSSL 3 opens a p12 made with the old RC2/3DES algorithms only with -legacy: try both.
+    for extra in ((), ("-legacy",)):
+        try:
+            done = subprocess.run(
+                [*dump, *extra], check=False, capture_output=True, timeout=OPENSSL_TIMEOUT, env=env
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if done.returncode == 0 and b"CERTIFICATE" in done.stdout:
+            out = done.stdout
+            break
+    if out is None:
         raise bad_value(
             setting, path, "a PKCS#12 file that its password opens (openssl pkcs12 failed)"
         )
-    when = _not_after([openssl, "x509", "-enddate", "-noout"], done.stdout, os.environ)
+    when = _not_after([openssl, "x509", "-enddate", "-noout"], out, os.environ)
     if when is None:
         raise bad_value(setting, path, "a PKCS#12 file holding a certificate")
     return when
