@@ -29,6 +29,14 @@ def main() -> None:
     role = os.environ.get("MS_ROLE", "MS_WORKER")
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
+    if "MARUN_MS_TLS_CONFIG" in os.environ:  # marun's ms_ssl: TLS between the cluster's processes
+        e = os.environ
+        ms.set_ps_context(
+            config_file_path=e["MARUN_MS_TLS_CONFIG"],
+            enable_ssl=True,
+            client_password=e["MARUN_MS_CLIENT_PASSWORD"],
+            server_password=e["MARUN_MS_SERVER_PASSWORD"],
+        )
     init()  # joins the cluster; on the scheduler, serves it and exits when the workers finish
     if role == "MS_SCHED":  # not reached with MindSpore 2.10, whose scheduler exits in init()
         return

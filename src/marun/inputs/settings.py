@@ -17,6 +17,13 @@ from marun.errors import InputError, bad_value
 from marun.inputs.numbers import MAX_PROCS_PER_NODE, PORT_MAX, parse_int, parse_seconds
 from marun.inputs.textfile import parse_guarded, read_input_text
 
+# The ECDHE AES-GCM suites of MindSpore's documented example: MindSpore 2.10 refuses its DHE-RSA
+# ones ("The cipher is wrong" from init()), so they are left out.
+MS_CIPHER_LIST = (
+    "ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES128-GCM-SHA256:"
+    "ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-AES256-GCM-SHA384"
+)
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -30,6 +37,17 @@ class Settings:
     # MindSpore dynamic cluster
     ms_sched_port: int = 8118  # msrun's default master_port
     ms_topo_timeout: int = 600  # seconds all processes have to join (msrun's cluster_time_out)
+    ms_server_num: int = 0  # parameter servers (MS_PSERVER) on node 0; 0: none
+    # MindSpore secure channel (TLS; plan/modes/mindspore_tls.py). Passwords: env or file only.
+    ms_ssl: bool = False
+    ms_server_cert: str | None = None  # p12: server certificate and key
+    ms_client_cert: str | None = None  # p12: client certificate and key
+    ms_ca_cert: str | None = None  # PEM: the root certificate
+    ms_crl: str | None = None  # certificate revocation list; default: none
+    ms_cipher_list: str = MS_CIPHER_LIST
+    ms_cert_expire_warning_days: int = 90
+    ms_client_password_file: str | None = None  # else $MARUN_MS_CLIENT_PASSWORD
+    ms_server_password_file: str | None = None  # else $MARUN_MS_SERVER_PASSWORD
     # Ascend rank table
     ranktable_timeout: float = 600.0  # seconds to wait for status "completed"
     # host names

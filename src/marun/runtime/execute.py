@@ -64,7 +64,8 @@ def execute(plan: LaunchPlan) -> int:
     # signal actions, so a script without its own SIGTERM handler would ignore `docker stop`
     # until the SIGKILL, and nobody would reap orphans. marun stays, relays and reaps (tini's job).
     lone = len(node.processes) == 1 and not node.processes[0].daemon and os.getpid() != 1
-    if lone and not plan.supervision.always_supervise:
+    # A process MindSpore recovers must be restarted when it dies: marun stays in front of it.
+    if lone and not plan.supervision.always_supervise and not node.processes[0].restart_on_failure:
         write_files(node.files)
         exec_process(node.processes[0])
     if not node.processes:

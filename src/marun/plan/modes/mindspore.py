@@ -7,8 +7,10 @@ node 0 and one worker (`MS_ROLE=MS_WORKER`) per device on every node. Every proc
 gets `MS_NODE_ID` = `RANK_ID` = `n*local+i` (msrun's `node_rank*local_worker_num+i`: an integer
 node id pins the rank, and a worker restarted with the same id re-registers as itself) and
 `DEVICE_ID=i`. Logs are msrun's: `<log_dir>/scheduler.log`, `<log_dir>/worker_<rank>.log`.
-Parameter-server mode (`MS_PSERVER`, `MS_SERVER_NUM`) is out of scope: no server is planned and
-`MS_SERVER_NUM` is never set.
+Parameter servers (`MS_PSERVER`, `MS_SERVER_NUM`) are planned on node 0 when `ms_server_num` asks
+for them, and an inherited `MS_SERVER_NUM` that asks for unplanned servers is refused
+(mindspore_ps.py). The secure channel (`ms_ssl`: TLS config file and passwords) is
+mindspore_tls.py.
 
 The layout comes from the node variables (`MA_NUM_HOSTS`, `VC_TASK_INDEX`, `MA_NUM_GPUS` or
 `--nproc-per-node`, the job's host names), or, when `RANK_TABLE_FILE` is set, from the Ascend rank
@@ -66,6 +68,8 @@ from marun.inputs.nic import Nic, choose_nic
 from marun.inputs.numbers import MAX_SECONDS, PORT_MAX, parse_int, parse_port
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
 from marun.plan.modes.common import log_dir, script_argv, socket_ifname_env
+from marun.plan.modes.mindspore_ps import server_num, with_servers
+from marun.plan.modes.mindspore_tls import plan_tls, with_tls
 
 if TYPE_CHECKING:
     from marun.inputs.ranktable import Server
@@ -392,6 +396,8 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     # still initializing, a host name that has yet to resolve).
     argv = script_argv(platform)
     cluster = _cluster_settings(platform)
+    servers = server_num(platform)
+    tls = plan_tls(platform)
     override = _sched_host_override(platform)
     rank_table = _given(platform, "RANK_TABLE_FILE")
     if rank_table is not None:
@@ -399,11 +405,15 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     else:
         layout = _from_node_variables(platform, all_nodes, override)
     nodes = tuple(
-        NodePlan(
-            index=node.index,
-            host=node.host,
-            processes=_processes(platform, argv, cluster, layout, node),
+        with_tls(
+            NodePlan(
+                index=node.index,
+                host=node.host,
+                processes=with_servers(_processes(platform, argv, cluster, layout, node), servers),
+            ),
+            tls,
         )
         for node in layout.nodes
     )
-    return LaunchPlan(mode=MODE, nodes=nodes, notes=layout.notes)
+    notes = layout.notes + (tls.notes if tls is not None else ())
+    return LaunchPlan(mode=MODE, nodes=nodes, notes=notes)
