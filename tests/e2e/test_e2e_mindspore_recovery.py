@@ -72,7 +72,8 @@ def test_scheduler_and_worker_killed_are_restarted_as_themselves(tmp_path: Path)
         assert codes == [0, 0], cluster.report()
         cluster.assert_nothing_left()
 
-    records = [json.loads((n.log_dir / "result.json").read_text()) for n in nodes]
+    names = ("result.json", "result.node1.json")  # one log directory per node here, named anyway
+    records = [json.loads((n.log_dir / name).read_text()) for n, name in zip(nodes, names)]
     procs = {p["name"]: p for r in records for p in r["processes"]}
     for name, pid in killed.items():
         assert procs[name]["pids"][0] == pid

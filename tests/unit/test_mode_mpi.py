@@ -490,6 +490,7 @@ BAD = [
     pytest.param({"MARUN_MPI_FORWARD_ENV": "PATH,*X"}, "mpi_forward_env='*X'", id="forward-star-x"),
     pytest.param({"MARUN_MPIRUN_EXTRA_ARGS": "0"}, "'0' is not an option", id="extra-stray"),
     pytest.param({"MARUN_MPIRUN_EXTRA_ARGS": "-1"}, "'-1' is not an option", id="extra-number"),
+    pytest.param({"MARUN_MPIRUN_EXTRA_ARGS": "-inf"}, "'-inf' is not an option", id="extra-inf"),
     pytest.param(
         {"MARUN_MPIRUN_EXTRA_ARGS": "-oProxyCommand=x"}, "is not an option", id="extra-ssh-opt"
     ),

@@ -260,6 +260,15 @@ def _bad_extra(extra: Sequence[str], expected: str) -> InputError:
     return bad_value("mpirun_extra_args", shlex.join(mask_argv(extra)), expected)
 
 
+def _is_number(word: str) -> bool:
+    """`-1`, `-inf`, `-nan`, `-1e5`: a number with a minus sign, never an mpirun option."""
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
+
+
 def extra_overrides(extra: Sequence[str]) -> frozenset[str]:
     """Which of marun's own options `mpirun_extra_args` replaces (keys like `mca:btl`, `x:PATH`,
     `bind-to`); bad input if it sets the process count or hosts, lacks an option's value, or puts
@@ -294,7 +303,7 @@ def extra_overrides(extra: Sequence[str]) -> frozenset[str]:
             continue
         if option in _FLAGS:
             keys.add(_FLAGS[option])
-        if not _OPTION_WORD.fullmatch(word):
+        if not _OPTION_WORD.fullmatch(word) or _is_number(word):
             raise _bad_extra(
                 extra,
                 f"mpirun options (-name or --name, each with its value after it); {word!r} is "
