@@ -96,6 +96,28 @@ RecoveryWaitOpt = Annotated[
         help="MindSpore recovery: seconds before a restart (default 30, the scheduler's window)",
     ),
 ]
+ArrivalOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--arrival-timeout",
+        help="multi-node: seconds node 0 waits for every node to report (default 300)",
+    ),
+]
+PeerOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--peer-timeout",
+        help="multi-node: seconds of silence after which a node counts as lost (default 60)",
+    ),
+]
+HangOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--hang-timeout",
+        help="multi-node: seconds without a line from any rank before the job is dumped and "
+        "stopped (default off; stacks need marun[hang])",
+    ),
+]
 
 
 def _platform_and_plan(
@@ -128,6 +150,9 @@ SETTING_OPTIONS = (
     "grace_period",
     "max_restarts",
     "recovery_wait",
+    "arrival_timeout",
+    "peer_timeout",
+    "hang_timeout",
 )
 
 
@@ -160,6 +185,9 @@ def plan(
     grace_period: GraceOpt = None,
     max_restarts: MaxRestartsOpt = None,
     recovery_wait: RecoveryWaitOpt = None,
+    arrival_timeout: ArrivalOpt = None,
+    peer_timeout: PeerOpt = None,
+    hang_timeout: HangOpt = None,
 ) -> None:
     """Print what `marun run` would start with these inputs (nothing is started)."""
     from marun.plan.render import render
@@ -190,6 +218,9 @@ def run(
     grace_period: GraceOpt = None,
     max_restarts: MaxRestartsOpt = None,
     recovery_wait: RecoveryWaitOpt = None,
+    arrival_timeout: ArrivalOpt = None,
+    peer_timeout: PeerOpt = None,
+    hang_timeout: HangOpt = None,
     supervise: Annotated[
         bool, typer.Option("--supervise", help="supervise even a single process, not exec it")
     ] = False,

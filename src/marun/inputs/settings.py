@@ -41,6 +41,10 @@ class Settings:
     formation_timeout: float = 600.0  # seconds node 0 waits for every peer's sshd to let it in
     peer_timeout: float = 60.0  # seconds a node waits for a silent node 0 before giving up
     mpi_watch_port: int = 36667  # node 0's liveness port, watched by the other nodes
+    # the job's coordination (every multi-node mode but MPI): see docs/supervision.md
+    job_port: int = 36668  # node 0's coordination port
+    arrival_timeout: float = 300.0  # seconds node 0 waits for every node to report
+    hang_timeout: float | None = None  # seconds without a line from any rank: a hang; off if None
     # supervision and files
     log_dir: str | None = None  # default: $MA_LOG_DIR/marun if set, else ./marun_logs
     run_dir: str | None = None  # default: $TMPDIR/marun-<uid>

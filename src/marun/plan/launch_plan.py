@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from marun.plan.coordination import Coordination
 
 SCHEMA_VERSION = 1
 
@@ -57,6 +60,8 @@ class LaunchPlan:
     mode: str
     nodes: tuple[NodePlan, ...]
     notes: tuple[str, ...] = field(default=())
+    # How this node's marun joins the job's others (multi-node jobs of every mode but MPI).
+    coordination: Coordination | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -84,4 +89,5 @@ class LaunchPlan:
                 for n in self.nodes
             ],
             "notes": list(self.notes),
+            "coordination": None if self.coordination is None else self.coordination.to_dict(),
         }

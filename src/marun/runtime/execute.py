@@ -12,6 +12,7 @@ from marun.plan.launch_plan import FileSpec, LaunchPlan, NodePlan, ProcessSpec
 
 if TYPE_CHECKING:
     from marun.inputs.settings import Settings
+    from marun.runtime.joblink import JobLink
 
 
 def write_files(files: tuple[FileSpec, ...]) -> None:
@@ -62,7 +63,13 @@ def execute(
     # As PID 1 (a container's ENTRYPOINT) marun never execs: the kernel gives PID 1 no default
     # signal actions, so a script without its own SIGTERM handler would ignore `docker stop`
     # until the SIGKILL, and nobody would reap orphans. marun stays, relays and reaps (tini's job).
-    lone = len(node.processes) == 1 and not node.processes[0].daemon and os.getpid() != 1
+    # A coordinated node (one of several) stays too: it reports to node 0 and follows its stop.
+    lone = (
+        len(node.processes) == 1
+        and not node.processes[0].daemon
+        and os.getpid() != 1
+        and plan.coordination is None
+    )
     if lone and not supervise:
         write_files(node.files)
         exec_process(node.processes[0])
@@ -77,6 +84,28 @@ def execute(
     if not node.processes:
         write_files(node.files)
         return 0
-    supervisor = Supervisor(plan, node, options, Console())
+    link = None
+    if plan.coordination is not None:
+        link = _open_link(plan)
+    supervisor = Supervisor(plan, node, options, Console(), link)
     write_files(node.files)
     return supervisor.run()
+
+
+def _open_link(plan: LaunchPlan) -> JobLink:
+    """The coordination of a multi-node job (marun.job), loaded by name: the runtime never
+    imports it, and a single-node job never loads it."""
+    from importlib import import_module
+
+    from marun.runtime.log import get_logger
+
+    coord = plan.coordination
+    assert coord is not None
+    try:
+        link: JobLink = import_module("marun.job.link").open_link(plan, get_logger("marun.job"))
+    except OSError as exc:
+        raise MarunError(
+            f"job_port={coord.port}: node {coord.index} cannot listen for the job's nodes "
+            f"({exc.strerror}); expected a free port (set job_port)"
+        ) from None
+    return link

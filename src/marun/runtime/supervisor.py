@@ -31,6 +31,7 @@ from typing import Any
 
 from marun.errors import bad_value
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
+from marun.runtime.joblink import JobEvent, JobLink, job_failure_summary
 from marun.runtime.output import (
     Console,
     ConsoleSelection,
@@ -90,7 +91,12 @@ def recovery_enabled(spec: ProcessSpec, inherited: Mapping[str, str]) -> bool:
 
 class Supervisor:
     def __init__(
-        self, plan: LaunchPlan, node: NodePlan, options: SupervisorOptions, console: Console
+        self,
+        plan: LaunchPlan,
+        node: NodePlan,
+        options: SupervisorOptions,
+        console: Console,
+        link: JobLink | None = None,
     ) -> None:
         from marun.runtime.log import get_logger
 
@@ -131,6 +137,11 @@ class Supervisor:
         self._subreaper = False
         self._sel: selectors.BaseSelector = selectors.DefaultSelector()
         self._daemons_only = all(rec.spec.daemon for rec in self._records)
+        # The rest of the job (multi-node plans with a coordination section): nothing starts
+        # before every node has arrived; a stop from node 0 ends this node like a failure here.
+        self._link = link
+        self._arriving = link is not None
+        self._job_stop: JobEvent | None = None
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -142,13 +153,16 @@ class Supervisor:
             with SignalPipe() as sigs:
                 self._sel.register(sigs.fileno(), selectors.EVENT_READ, None)
                 self.job.started = time.time()
-                for index in range(len(self._records)):
-                    if not self._start(index):
-                        break
+                if self._link is not None:
+                    self._sel.register(self._link.fileno(), selectors.EVENT_READ, "job")
+                else:
+                    self._start_all()
                 while not self._finished():
                     for key, _ in self._sel.select(self._timeout()):
                         if key.data is None:
                             self._on_signals(sigs.drain())
+                        elif key.data == "job":
+                            self._on_job(self._link.poll() if self._link else [])
                         else:
                             self._read(key.fd, key.data)
                     self._reap()
@@ -163,6 +177,31 @@ class Supervisor:
             for fd in self._log_fds:
                 os.close(fd)
         return self._finish()
+
+    def _start_all(self) -> None:
+        self._arriving = False
+        self.job.started = time.time()
+        for index in range(len(self._records)):
+            if not self._start(index):
+                break
+
+    def _on_job(self, events: list[JobEvent]) -> None:
+        for event in events:
+            if event.kind == "start" and self._arriving and self._phase == "running":
+                self._emit("job_started")
+                self._start_all()
+            elif event.kind == "dump" and self._phase == "running" and self._link is not None:
+                from marun.runtime.stacks import dump_stacks
+
+                self._link.report_stacks(dump_stacks(self._records, self._running, self._log_fds))
+            elif event.kind == "stop" and self._phase == "running":
+                self._job_stop = event
+                self._pending.clear()
+                self.job.exit_code = event.code
+                self.job.outcome = "failed" if event.code else "succeeded"
+                reason = "job done" if not event.code else "job stopped by node 0"
+                self._emit("job_stop", "error" if event.code else "info", code=event.code)
+                self._begin_stop(reason, signal.SIGTERM)
 
     def _finished(self) -> bool:
         return self._phase != "running" and (not self._children_left or self._phase == "gave up")
@@ -243,6 +282,8 @@ class Supervisor:
             data = b""
         if data:
             stream.feed(data)
+            if self._link is not None:
+                self._link.activity()
             return
         stream.close()
         self._sel.unregister(fd)
@@ -325,6 +366,17 @@ class Supervisor:
             status=describe(rec.ending),
         )
         self._begin_stop("failure", signal.SIGTERM)
+        if self._link is not None:
+            self._link.report_failure(
+                {
+                    "name": rec.spec.name,
+                    "rank": rec.spec.rank,
+                    "exit_code": rec.ending.code,
+                    "signal": None if rec.ending.signal is None else signal_name(rec.ending.signal),
+                    "log": rec.spec.log,
+                    "tail": list(rec.tail)[-20:],
+                }
+            )
 
     def _restart_due(self) -> None:
         now = time.monotonic()
@@ -448,14 +500,32 @@ class Supervisor:
                 sys.stderr.flush()
             except OSError:
                 pass
+        code = job.exit_code
+        if self._link is not None:
+            code = self._end_of_job(directory)
         self._emit(
             "job_finished",
             outcome=job.outcome,
-            exit_code=job.exit_code,
+            exit_code=code,
             orphans_reaped=job.orphans_reaped,
             result=path,
         )
-        return job.exit_code
+        return code
+
+    def _end_of_job(self, directory: str) -> int:
+        """Tell node 0 how this node ended, wait for the job's end, print its first failure."""
+        assert self._link is not None
+        code = self._link.report_end(self.job.outcome, self.job.exit_code, directory)
+        stop = self._job_stop
+        for event in self._link.poll():
+            if event.kind == "stop" and stop is None:
+                stop = event
+        self._link.close()
+        if stop is not None and stop.code:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.write(job_failure_summary(stop, self._node.index, self._node.host))
+                sys.stderr.flush()
+        return code
 
     def _emit(self, event: str, level: str = "info", **fields: Any) -> None:
         """A structlog event; a closed stderr must not stop the supervision."""

@@ -47,4 +47,18 @@ def build_plan(mode: str, platform: Platform, all_nodes: bool = False) -> Launch
         raise bad_value("--mode", mode, "auto or one of " + ", ".join(MODES))
     module = import_module(PLANNERS[mode])
     plan: LaunchPlan = module.plan(platform, all_nodes)
+    if mode != "mpi" and not all_nodes:
+        from dataclasses import replace
+
+        from marun.plan.coordination import coordination_for
+
+        coordination = coordination_for(mode, platform, plan)
+        if coordination is not None:
+            notes = plan.notes
+            if coordination.auth == "none":
+                notes += (
+                    "coordination: no job secret (MARUN_JOB_TOKEN, or Volcano's ssh key): "
+                    "messages between nodes are checked by job id and source address only",
+                )
+            plan = replace(plan, coordination=coordination, notes=notes)
     return plan
