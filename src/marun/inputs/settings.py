@@ -42,7 +42,7 @@ class Settings:
     peer_timeout: float = 60.0  # seconds a node waits for a silent node 0 before giving up
     mpi_watch_port: int = 36667  # node 0's liveness port, watched by the other nodes
     # the job's coordination (every multi-node mode but MPI): see docs/supervision.md
-    job_port: int = 36668  # node 0's coordination port
+    job_port: int = 36668  # node 0's coordination port; 0: no coordination
     arrival_timeout: float = 300.0  # seconds node 0 waits for every node to report
     hang_timeout: float | None = None  # seconds without a line from any rank: a hang; off if None
     # supervision and files

@@ -46,6 +46,7 @@ class Member:
         os.set_blocking(self._wake_w, False)
         self._sock: socket.socket | None = None
         self._send_lock = threading.Lock()
+        self._sock_lock = threading.Lock()
         self._started = threading.Event()
         self._done = threading.Event()
         self._done_code: int | None = None
@@ -196,9 +197,11 @@ class Member:
         return self._sock is not None
 
     def _disconnect(self) -> None:
-        sock, self._sock = self._sock, None
+        with self._sock_lock:
+            sock, self._sock = self._sock, None
         if sock is not None:
-            sock.close()
+            with contextlib.suppress(OSError):
+                sock.close()
 
     def _handle(self, body: dict[str, Any]) -> None:
         kind = body["type"]

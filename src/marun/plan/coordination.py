@@ -62,6 +62,12 @@ class Coordination:
             f"{self.slots} slot(s), this node {self.index} slot {self.slot}; arrival "
             f"{self.arrival_timeout:g}s, peer {self.peer_timeout:g}s, hang {hang}; auth "
             f"{self.auth}"
+            + (
+                " (no job secret: MARUN_JOB_TOKEN or Volcano's ssh key; messages are checked "
+                "by job id and source address only)"
+                if self.auth == "none"
+                else ""
+            )
         )
 
 
@@ -148,10 +154,12 @@ def _layout(mode: str, platform: Platform, plan: LaunchPlan) -> tuple[str, int, 
 
 def coordination_for(mode: str, platform: Platform, plan: LaunchPlan) -> Coordination | None:
     """This node's coordination section, or None (MPI, one node, or a whole-job plan)."""
-    if mode == "mpi" or len(plan.nodes) != 1:
-        return None
+    if mode == "mpi" or len(plan.nodes) != 1 or platform.settings.job_port == 0:
+        return None  # job_port 0: the user turned coordination off
     host, nodes, leader, slots, slot = _layout(mode, platform, plan)
-    if nodes <= 1 and slots <= 1:
+    if nodes <= 1:
+        # One node, even with one marun per device (Ascend per device): the job is this node;
+        # it pays nothing for coordination.
         return None
     settings = platform.settings
     for name in ("arrival_timeout", "peer_timeout"):
@@ -160,7 +168,7 @@ def coordination_for(mode: str, platform: Platform, plan: LaunchPlan) -> Coordin
     if settings.hang_timeout is not None and settings.hang_timeout <= 0:
         raise bad_value("hang_timeout", settings.hang_timeout, "a number of seconds > 0")
     if not 1 <= settings.job_port <= 65535:
-        raise bad_value("job_port", settings.job_port, "a port 1-65535")
+        raise bad_value("job_port", settings.job_port, "a port 1-65535, or 0 for no coordination")
     hosts = _job_hosts(platform, nodes)
     return Coordination(
         host=host,

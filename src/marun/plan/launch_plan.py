@@ -64,7 +64,7 @@ class LaunchPlan:
     coordination: Coordination | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "schema": SCHEMA_VERSION,
             "mode": self.mode,
             "nodes": [
@@ -89,5 +89,7 @@ class LaunchPlan:
                 for n in self.nodes
             ],
             "notes": list(self.notes),
-            "coordination": None if self.coordination is None else self.coordination.to_dict(),
         }
+        if self.coordination is not None:
+            data["coordination"] = self.coordination.to_dict()
+        return data

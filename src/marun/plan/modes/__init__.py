@@ -54,11 +54,5 @@ def build_plan(mode: str, platform: Platform, all_nodes: bool = False) -> Launch
 
         coordination = coordination_for(mode, platform, plan)
         if coordination is not None:
-            notes = plan.notes
-            if coordination.auth == "none":
-                notes += (
-                    "coordination: no job secret (MARUN_JOB_TOKEN, or Volcano's ssh key): "
-                    "messages between nodes are checked by job id and source address only",
-                )
-            plan = replace(plan, coordination=coordination, notes=notes)
+            plan = replace(plan, coordination=coordination)
     return plan
