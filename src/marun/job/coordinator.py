@@ -361,8 +361,10 @@ class Coordinator:
             )
 
     def _check_done(self) -> None:
-        if self.done_sent or len(self.members) < self.expected:
+        if self.done_sent:
             return
+        if len(self.members) < self.expected and self.stopped is None:
+            return  # once stopped, a node that never arrived is not waited for
         pending = [m for m in self.members.values() if m.ended is None]
         if pending and self.stopped is None:
             if all(m.daemons_only for m in pending):

@@ -113,6 +113,12 @@ class Member:
     # -- the thread -------------------------------------------------------------------------
 
     def _loop(self) -> None:
+        try:
+            self._converse()
+        finally:
+            self._disconnect()  # node 0 sees this node leave at once
+
+    def _converse(self) -> None:
         buf = LineBuffer()
         last_heard = time.monotonic()
         # The leader gives up on missing nodes after arrival_timeout; a member whose leader

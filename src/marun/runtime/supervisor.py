@@ -194,8 +194,12 @@ class Supervisor:
                 from marun.runtime.stacks import dump_stacks
 
                 self._link.report_stacks(dump_stacks(self._records, self._running, self._log_fds))
-            elif event.kind == "stop" and self._phase == "running":
+            elif event.kind == "stop" and self._job_stop is None:
+                # Kept even when this node is already stopping: the job's first failure is
+                # printed at the end whichever node it was on.
                 self._job_stop = event
+                if self._phase != "running":
+                    continue
                 self._pending.clear()
                 self.job.exit_code = event.code
                 self.job.outcome = "failed" if event.code else "succeeded"
@@ -292,8 +296,8 @@ class Supervisor:
     def _drain_outputs(self) -> None:
         """Take in what is left in every pipe, without waiting for writers that live on."""
         for key in list(self._sel.get_map().values()):
-            if key.data is None:
-                continue
+            if not isinstance(key.data, OutputStream):
+                continue  # the signal pipe, the job's link
             stream: OutputStream = key.data
             while True:
                 try:
