@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from local_cluster import framework_python
 
 from conftest import REPO
 from netns_cluster import NetnsCluster, available
@@ -89,16 +90,20 @@ class Node:
 
 
 class Job:
-    def __init__(self, cluster: NetnsCluster, nodes: int, env: Mapping[str, str]) -> None:
+    def __init__(
+        self, cluster: NetnsCluster, nodes: int, env: Mapping[str, str], python: str
+    ) -> None:
+        self.python = python
         self.cluster = cluster
         self.n = nodes
         self.extra = dict(env)
         self.nodes: dict[int, Node] = {}
+        self.options: list[str] = []
 
     def env(self, i: int) -> dict[str, str]:
         host = self.cluster.host_dir(i)
         return {
-            "PATH": f"{Path(sys.executable).parent}:{SYSTEM_PATH}",
+            "PATH": f"{Path(self.python).parent}:{SYSTEM_PATH}",
             "HOME": str(host),
             "LC_ALL": "C.UTF-8",
             "PYTHONUNBUFFERED": "1",
@@ -121,7 +126,7 @@ class Job:
             work.mkdir(parents=True)
             (self.cluster.host_dir(i) / "tmp").mkdir(exist_ok=True)
             (work / "ranks.py").write_text(script)
-            argv = [sys.executable, "-m", "marun", "run", "--", "ranks.py"]
+            argv = [self.python, "-m", "marun", "run", *self.options, "--", "ranks.py"]
             argv += ["--init_method", f"tcp://{self.cluster.fqdn(0)}:{MASTER_PORT}"]
             argv += ["--rank", str(i), "--world_size", str(self.n)]
             out = self.cluster.host_dir(i) / "console.txt"
@@ -179,10 +184,10 @@ def make_job() -> Iterator[object]:
     workdir = Path(tempfile.mkdtemp(prefix="marun-job-e2e-"))
     clusters: list[NetnsCluster] = []
 
-    def make(hosts: int, nodes: int, env: Mapping[str, str]) -> Job:
+    def make(hosts: int, nodes: int, env: Mapping[str, str], python: str = sys.executable) -> Job:
         cluster = NetnsCluster(hosts, job=JOB, task="worker", workdir=workdir).start()
         clusters.append(cluster)
-        return Job(cluster, nodes, env)
+        return Job(cluster, nodes, env, python)
 
     yield make
     for cluster in clusters:
@@ -295,3 +300,45 @@ def test_forged_messages_do_not_stop_the_job(make_job) -> None:  # type: ignore[
     assert "bad signature" in out
     assert "is not this job's" in out
     assert job.job_json()["refused_messages"] == 3
+
+
+# Real PyTorch gloo: rank 3 sleeps inside step 3; the others wait for it in all_reduce (gloo's
+# own time-out is 30 minutes). Every rank prints a line a step, so the job goes silent.
+GLOO_HANG = """\
+import time
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+t = torch.ones(4)
+for step in range(1000):
+    if rank == 3 and step == 3:
+        print("rank 3: stuck in step 3", flush=True)
+        time.sleep(10**6)
+    dist.all_reduce(t)
+    print(f"rank {rank} step {step}", flush=True)
+    time.sleep(0.2)
+"""
+
+
+def test_a_hung_job_is_dumped_and_stopped(make_job) -> None:  # type: ignore[no-untyped-def]
+    python = str(framework_python("torch"))
+    job = make_job(2, 2, {}, python)
+    job.options = ["--hang-timeout", "20"]
+    job.start([0, 1], GLOO_HANG)
+    stuck_at = job.wait_for(1, r"rank 3: stuck in step 3")
+    codes = job.finish()
+    assert codes == {0: 124, 1: 124}, job.report()
+    took = {i: round((n.ended or 0) - stuck_at, 1) for i, n in job.nodes.items()}
+    print(f"hang: the job ended this long after rank 3 got stuck: {took} (hang timeout 20s)")
+    report = job.job_json()
+    first = report["first_failure"]
+    assert "no rank of the job wrote a line for 20s" in first["why"]  # type: ignore[index]
+    stacks = first["stacks"]  # type: ignore[index]
+    for rank in range(4):
+        assert f"rank{rank} (rank {rank}, pid" in stacks, stacks
+    # py-spy names the functions: three ranks wait in all_reduce, rank 3 in its sleep.
+    assert stacks.count("all_reduce") >= 3, stacks
+    # Each rank's log holds its own stacks too.
+    log = job.cluster.host_dir(1) / "job" / "marun_logs" / "rank_3.log"
+    assert "hang: stacks of rank3" in log.read_text()
