@@ -305,8 +305,14 @@ def simulate(
     outer, boxes, sim_dir = simulation_plan(platform, mode.value, nodes, devices, inner_options)
     write_inputs(mode.value, nodes, devices, sim_dir)
     if show_plan:
-        job = build_plan(mode.value, inner_platform(platform, boxes[0]), all_nodes=True)
-        sys.stdout.write(render_table(job) + "\n")
+        first = inner_platform(platform, boxes[0])
+        job = build_plan(mode.value, first, all_nodes=True)
+        sys.stdout.write(render_table(job))
+        node0 = build_plan(mode.value, first).coordination
+        if node0 is not None:
+            # Arrival and job-wide fail-fast: what each container's marun does beside its ranks.
+            sys.stdout.write(node0.describe().replace(", this node 0 slot 0", "") + "\n")
+        sys.stdout.write("\n")
         sys.stdout.flush()
     options = replace(options_from_settings(settings, sim_dir), prefix_output=False)
     raise typer.Exit(Supervisor(outer, outer.nodes[0], options, Console()).run())

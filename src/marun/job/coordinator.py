@@ -248,13 +248,14 @@ class Coordinator:
                 daemons_only=bool(body.get("daemons_only", False)),
             )
             self.members[key] = member
-            nodes_up = len({n for n, _ in self.members})
             self._log("node_arrived", node=key[0], slot=key[1], host=member.host)
-            if (
-                self.coord.slots == 1
-                or len([m for m in self.members.values() if m.node == key[0]]) == self.coord.slots
-            ):
-                self._announce(f"marun: {nodes_up}/{self.coord.nodes} nodes up")
+            complete = [
+                n
+                for n in range(self.coord.nodes)
+                if all((n, slot) in self.members for slot in range(self.coord.slots))
+            ]
+            if key[0] in complete:  # this node's last device just arrived
+                self._announce(f"marun: {len(complete)}/{self.coord.nodes} nodes up")
         self._send(member, "welcome")
         if self.stopped is not None:
             self._send(member, "stop", **self.stopped)

@@ -29,6 +29,11 @@ def open_link(plan: LaunchPlan, log: Any) -> Member:
         with contextlib.suppress(OSError, ValueError):
             getattr(log, level)(event, **fields)
 
+    if coord.hang_timeout is not None:
+        from marun.runtime.stacks import MISSING, py_spy
+
+        if py_spy() is None:
+            emit("hang_watchdog_without_stacks", "warning", reason=MISSING)
     coordinator = None
     if coord.index == coord.leader and coord.slot == 0:
         coordinator = Coordinator(coord, secret, log=emit).start()

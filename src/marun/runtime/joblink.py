@@ -40,7 +40,11 @@ def job_failure_summary(event: JobEvent, node: int, host: str) -> str:
     """The job's first failure, as every node prints it."""
     failure = event.failure or {}
     rule = "=" * 78
-    lines = [rule, f"marun: job stopped (exit code {event.code}); node {node} ({host}) followed"]
+    lines = [
+        rule,
+        f"marun: the job stopped on every node, exit code {event.code} "
+        f"(this is node {node}, {host})",
+    ]
     where = failure.get("node")
     if "why" in failure:
         lines.append(f"Job's first failure: {failure['why']}")

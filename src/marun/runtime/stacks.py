@@ -15,7 +15,7 @@ from typing import Any
 MISSING = "py-spy is not installed: no stacks (pip install 'marun[hang]')"
 
 
-def _py_spy() -> str | None:
+def py_spy() -> str | None:
     found = shutil.which("py-spy")
     if found:
         return found
@@ -26,7 +26,7 @@ def _py_spy() -> str | None:
 def dump_stacks(records: Sequence[Any], running: Mapping[int, Any], log_fds: Sequence[int]) -> str:
     from marun.runtime.output import write_all
 
-    tool = _py_spy()
+    tool = py_spy()
     parts: list[str] = []
     for pid, (rec, _) in sorted(running.items()):
         if rec.spec.daemon:

@@ -182,6 +182,9 @@ def simulation_plan(
     resolve_command(platform.command, platform.cwd, platform.python)
     sim_dir = os.path.join(log_dir(platform), "simulate")
     boxes = containers(mode, nodes, devices, platform.cwd, sim_dir, platform.settings.tf_chief)
+    # The job's coordination port, free here: the containers share this machine's ports.
+    job_port = str(free_port())
+    boxes = [replace(b, env={**b.env, "MARUN_JOB_PORT": job_port}) for b in boxes]
     processes = []
     for box in boxes:
         argv = (
@@ -235,6 +238,8 @@ def inner_platform(platform: Platform, box: Container) -> Platform:
     for key, value in box.env.items():
         if key == "MARUN_MS_SCHED_PORT":
             settings = replace(settings, ms_sched_port=int(value))
+        if key == "MARUN_JOB_PORT":
+            settings = replace(settings, job_port=int(value))
     return replace(
         platform, env=env, command=words, appended=appended, cwd=box.cwd, settings=settings
     )
