@@ -27,11 +27,10 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from marun.errors import bad_value
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
-from marun.runtime.joblink import JobEvent, JobLink, job_failure_summary
 from marun.runtime.output import (
     Console,
     ConsoleSelection,
@@ -49,6 +48,9 @@ from marun.runtime.reaper import (
 )
 from marun.runtime.result import JobRecord, ProcessRecord, describe, failure_summary, write_result
 from marun.runtime.signals import RELAYED, STOPPING, SignalPipe, signal_name
+
+if TYPE_CHECKING:
+    from marun.runtime.joblink import JobEvent, JobLink
 
 RECOVERY_ROLES = ("worker", "scheduler")
 _KILL_WAIT = 10.0  # after SIGKILL, how long to wait for the kernel to take processes away
@@ -526,6 +528,8 @@ class Supervisor:
                 stop = event
         self._link.close()
         if stop is not None and stop.code:
+            from marun.runtime.joblink import job_failure_summary
+
             with contextlib.suppress(OSError, ValueError):
                 sys.stderr.write(job_failure_summary(stop, self._node.index, self._node.host))
                 sys.stderr.flush()
