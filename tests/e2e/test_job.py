@@ -46,6 +46,7 @@ rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
 fail = int(os.environ.get("FAIL_RANK", "-1"))
 done_after = float(os.environ.get("DONE_AFTER", "0"))
+done_after += rank * float(os.environ.get("DONE_STAGGER", "0"))
 if rank == 0:
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -252,6 +253,19 @@ def test_a_lost_node_stops_the_others(make_job) -> None:  # type: ignore[no-unty
     print(f"lost node: the others ended this long after node 1 was killed: {took} (peer 5s)")
 
 
+def test_node_0_done_first_waits_for_the_job(make_job) -> None:  # type: ignore[no-untyped-def]
+    """Node 0's ranks end 10 s before node 2's, far beyond the peer time-out: node 0's marun
+    stays (the others would count it lost otherwise), and every node exits 0 together."""
+    job = make_job(3, 3, {"DONE_AFTER": "1", "DONE_STAGGER": "2", "MARUN_PEER_TIMEOUT": "3"})
+    job.start([0, 1, 2])
+    assert job.finish() == {0: 0, 1: 0, 2: 0}, job.report()
+    ends = [job.nodes[i].ended or 0 for i in range(3)]
+    assert max(ends) - min(ends) < 3, job.report()  # together, not each when its ranks ended
+    report = job.job_json()
+    assert report["exit_code"] == 0 and report["first_failure"] is None
+    assert [n["slots"][0]["outcome"] for n in report["nodes"]] == ["succeeded"] * 3  # type: ignore[index]
+
+
 def test_forged_messages_do_not_stop_the_job(make_job) -> None:  # type: ignore[no-untyped-def]
     # Host 3 is on the job's network but not one of its nodes.
     job = make_job(4, 3, {"DONE_AFTER": "6"})
@@ -263,7 +277,10 @@ def test_forged_messages_do_not_stop_the_job(make_job) -> None:  # type: ignore[
         "import socket, sys\n"
         "s = socket.create_connection((sys.argv[1], 36668), timeout=5)\n"
         "s.sendall(bytes.fromhex(sys.argv[2]))\n"
-        "s.recv(100)\n"
+        "try:\n"
+        "    s.recv(100)  # node 0 closes the connection: refused\n"
+        "except OSError:\n"
+        "    pass\n"
     )
     signed = [
         # the right job id and secret, from a host that is not the job's

@@ -84,13 +84,18 @@ class Member:
         self._send("stacks", text=text)
 
     def report_end(self, outcome: str, exit_code: int, directory: str) -> int:
-        """Say how this node ended; wait for the job's end (bounded) and return its code. The
-        leader writes job.json into `directory` then."""
+        """Say how this node ended; wait for the job's end and return its code. The leader
+        writes job.json into `directory` then."""
         self._send("end", outcome=outcome, exit_code=exit_code)
-        limit = self.coord.peer_timeout + 5.0
-        done = self._done.wait(limit)
+        # As long as the job runs elsewhere: node 0 must outlive every node (or they would
+        # count it lost), and every node exits with the job's status. The wait ends: node 0
+        # declares a silent node lost after peer_timeout, and this thread gives up on a silent
+        # node 0 after as long.
+        done = False
+        while not done and self._thread.is_alive():
+            done = self._done.wait(1.0)
         if not done:
-            self._log("job_end_unknown", "warning", waited_seconds=limit)
+            self._log("job_end_unknown", "warning")
         if self.coordinator is not None:
             try:
                 path = self.coordinator.write_report(directory)

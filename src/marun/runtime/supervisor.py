@@ -25,7 +25,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -82,6 +82,28 @@ def options_from_settings(settings: Any, record_dir: str | None = None) -> Super
         console=ConsoleSelection.parse(settings.console_ranks),
         record_dir=record_dir,
     )
+
+
+class _Interrupted(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """SIGTERM/SIGINT/SIGHUP/SIGQUIT end a wait in the main thread (even as PID 1, where a
+    signal without a handler is ignored)."""
+
+    def handler(signum: int, _: object) -> None:
+        raise _Interrupted(signum)
+
+    old = {sig: signal.signal(sig, handler) for sig in STOPPING}
+    try:
+        yield
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
 
 
 def recovery_enabled(spec: ProcessSpec, inherited: Mapping[str, str]) -> bool:
@@ -521,7 +543,13 @@ class Supervisor:
     def _end_of_job(self, directory: str) -> int:
         """Tell node 0 how this node ended, wait for the job's end, print its first failure."""
         assert self._link is not None
-        code = self._link.report_end(self.job.outcome, self.job.exit_code, directory)
+        try:
+            with _interruptible():
+                code = self._link.report_end(self.job.outcome, self.job.exit_code, directory)
+        except _Interrupted as exc:
+            # Stopped while waiting for the rest of the job (the platform ends the pod).
+            self._emit("signal_received", "warning", signal=signal_name(exc.signum), phase="end")
+            code = self.job.exit_code or 128 + exc.signum
         stop = self._job_stop
         for event in self._link.poll():
             if event.kind == "stop" and stop is None:
