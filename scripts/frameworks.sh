@@ -21,7 +21,7 @@ base_python=${MARUN_FRAMEWORK_PYTHON:-python3}
 # - mindspore 2.10.0 with numpy<2: numpy 2 breaks MindSpore's PyNative mode on CPU.
 specs() {
     case $1 in
-        torch) echo "torch==2.13.0 numpy" ;;
+        torch) echo "torch==2.13.0 numpy py-spy" ;;  # py-spy: the hang watchdog's stacks (marun[hang])
         mindspore) echo "mindspore==2.10.0 numpy<2" ;;
         tensorflow) echo "tensorflow-cpu==2.21.0" ;;
         mpi) echo "mpi4py==4.1.2" ;;

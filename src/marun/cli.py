@@ -110,6 +110,31 @@ RecoveryWaitOpt = Annotated[
         help="MindSpore recovery: seconds before a restart (default 30, the scheduler's window)",
     ),
 ]
+ArrivalOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--arrival-timeout",
+        metavar="SECONDS",
+        help="multi-node: seconds node 0 waits for every node to report (default 300)",
+    ),
+]
+PeerOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--peer-timeout",
+        metavar="SECONDS",
+        help="multi-node: seconds of silence after which a node counts as lost (default 60)",
+    ),
+]
+HangOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--hang-timeout",
+        metavar="SECONDS",
+        help="multi-node: seconds without a line from any rank before the job is dumped and "
+        "stopped (default off; stacks need marun[hang])",
+    ),
+]
 
 
 def _setting_options(params: "dict[str, object]") -> "dict[str, object]":
@@ -141,6 +166,9 @@ def plan(
     grace_period: GraceOpt = None,
     max_restarts: MaxRestartsOpt = None,
     recovery_wait: RecoveryWaitOpt = None,
+    arrival_timeout: ArrivalOpt = None,
+    peer_timeout: PeerOpt = None,
+    hang_timeout: HangOpt = None,
     supervise: SuperviseOpt = False,
 ) -> None:
     """Print what `marun run` would start with these inputs (nothing is started; a name that
@@ -171,6 +199,9 @@ def run(
     grace_period: GraceOpt = None,
     max_restarts: MaxRestartsOpt = None,
     recovery_wait: RecoveryWaitOpt = None,
+    arrival_timeout: ArrivalOpt = None,
+    peer_timeout: PeerOpt = None,
+    hang_timeout: HangOpt = None,
     supervise: SuperviseOpt = False,
 ) -> None:
     """Start this node's part of the job, supervise it, and exit with its status."""

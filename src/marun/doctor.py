@@ -240,6 +240,9 @@ def _ports(platform: Platform, mode: str | None) -> list[tuple[str, int]]:
         ports.append(("sshd_port", s.sshd_port))
         if platform.env.get("MA_NUM_HOSTS", "1") != "1":
             ports.append(("mpi_watch_port", s.mpi_watch_port))
+    if mode not in (None, "mpi") and platform.env.get("MA_NUM_HOSTS", "1") != "1" and s.job_port:
+        # Node 0's marun listens there for the job's other nodes (docs/supervision.md).
+        ports.append(("job_port", s.job_port))
     if mode == "mindspore":
         port = platform.env.get("MS_SCHED_PORT", str(s.ms_sched_port))
         if is_digits(port) and len(port) <= 5:

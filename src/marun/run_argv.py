@@ -31,6 +31,9 @@ RUN_OPTIONS: dict[str, tuple[str, str]] = {
     "--grace-period": ("grace_period", "str"),
     "--max-restarts": ("max_restarts", "str"),
     "--recovery-wait": ("recovery_wait", "str"),
+    "--arrival-timeout": ("arrival_timeout", "str"),
+    "--peer-timeout": ("peer_timeout", "str"),
+    "--hang-timeout": ("hang_timeout", "str"),
     "--supervise": ("supervise", "flag"),
 }
 # The options of `plan` and `run` that are settings (inputs.settings.Settings fields of the same
@@ -46,6 +49,9 @@ SETTING_OPTIONS = (
     "grace_period",
     "max_restarts",
     "recovery_wait",
+    "arrival_timeout",
+    "peer_timeout",
+    "hang_timeout",
 )
 FALSE_WORDS = frozenset({"--per-device"})
 MODE_VALUES = ("auto", "ascend", "mindspore", "pytorch", "tensorflow", "mpi")

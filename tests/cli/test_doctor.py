@@ -135,3 +135,18 @@ def test_framework_found_in_its_own_venv(tmp_path: Path, ssh_dir: Path) -> None:
     checks = {c["name"]: c for c in json.loads(res.stdout)["checks"]}
     assert checks["framework (pytorch)"]["status"] == "ok"
     assert checks["framework (pytorch)"]["detail"].startswith("torch 2.")
+
+
+def test_busy_job_port_fails_on_a_multi_node_job(tmp_path: Path, ssh_dir: Path) -> None:
+    """Node 0's marun listens on job_port for the other nodes (every mode but MPI)."""
+    with socket.socket() as sock:
+        sock.bind(("0.0.0.0", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        env = {"MARUN_JOB_PORT": str(port), "MARUN_SSH_DIR": str(ssh_dir)}
+        code, checks = doctor(tmp_path, "--mode", "pytorch", MA_NUM_HOSTS="2", **env)
+        _, single = doctor(tmp_path, "--mode", "pytorch", **env)
+    assert checks[f"port {port}"]["status"] == "fail"
+    assert f"job_port={port}" in checks[f"port {port}"]["detail"]
+    assert code == 1
+    assert f"port {port}" not in single  # one node: no coordination, no port

@@ -70,7 +70,14 @@ def test_missing_node_fails_fast_and_leaves_nothing(tmp_path: Path) -> None:
     workers give up within seconds instead of MindSpore's default of half an hour, and marun
     fails with the job's status, ending every process it started."""
     (port,) = free_ports(1)
-    env = {**platform_env(0, port), "MARUN_MS_TOPO_TIMEOUT": "5", "MS_NODE_TIMEOUT": "5"}
+    # MindSpore's own time-outs are under test: marun's arrival check (which would stop the
+    # job before anything starts, tests/e2e/test_job.py) is off.
+    env = {
+        **platform_env(0, port),
+        "MARUN_MS_TOPO_TIMEOUT": "5",
+        "MS_NODE_TIMEOUT": "5",
+        "MARUN_JOB_PORT": "0",
+    }
     with LocalCluster(tmp_path, "mindspore") as cluster:
         node = cluster.start("node0", RUN, {**env, "MARUN_GRACE_PERIOD": "5"})
         code = node.wait(DEADLINE)

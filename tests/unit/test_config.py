@@ -88,3 +88,14 @@ def test_config_errors_name_the_file(tmp_path: Path) -> None:
     cfg.write_text("nope: 1\n")
     with pytest.raises(InputError, match=str(cfg)):
         load_settings({}, {}, str(tmp_path), str(cfg))
+
+
+def test_every_whole_number_setting_has_its_bounds() -> None:
+    """The strict parser needs each integer setting's range: a new one without it would be a
+    KeyError (a traceback) instead of a checked value."""
+    from dataclasses import fields
+
+    from marun.inputs.settings import INT_RANGES, Settings
+
+    ints = {f.name for f in fields(Settings) if str(f.type).startswith("int")}
+    assert ints == set(INT_RANGES)

@@ -149,7 +149,16 @@ def test_per_node_plans_every_device_of_this_server(script: Path) -> None:
         "VC_TASK_INDEX": "1",
         "ASCEND_DEVICE_ID": "0",
     }
-    assert _plan(script, env, "--per-node") == {
+    data = _plan(script, env, "--per-node")
+    # Two servers: the nodes report to the first server's marun (docs/supervision.md).
+    coordination = data.pop("coordination")
+    assert (coordination["host"], coordination["nodes"], coordination["index"]) == (
+        "192.0.2.11",
+        2,
+        1,
+    )
+    assert (coordination["slots"], coordination["port"]) == (1, 36668)
+    assert data == {
         "schema": 1,
         "mode": "ascend",
         "nodes": [
@@ -360,7 +369,8 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(
 
 def test_run_starts_the_rank_s_process_in_its_device_directory(tmp_path: Path) -> None:
     """`marun run` per device: the one planned process replaces marun (no NPU: a plain script
-    that reports what it was given)."""
+    that reports what it was given). The other three devices' marun never run here, so the
+    job's coordination is off (job_port 0); with it, marun would wait for them."""
     script = tmp_path / "report.py"
     script.write_text(
         "import json, os, sys\n"
@@ -371,7 +381,12 @@ def test_run_starts_the_rank_s_process_in_its_device_directory(tmp_path: Path) -
     table = TABLES / "group_list_2x2_rank_id.json"
     res = run_marun(
         ["run", "--", script.name, "--lr", "0.1"],
-        env={"RANK_TABLE_FILE": str(table), "RANK_ID": "2", "ASCEND_DEVICE_ID": "0"},
+        env={
+            "RANK_TABLE_FILE": str(table),
+            "RANK_ID": "2",
+            "ASCEND_DEVICE_ID": "0",
+            "MARUN_JOB_PORT": "0",
+        },
         cwd=tmp_path,
     )
     assert res.returncode == 0, res.stderr

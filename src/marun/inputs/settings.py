@@ -62,6 +62,10 @@ class Settings:
     formation_timeout: float = 600.0  # seconds node 0 waits for every peer's sshd to let it in
     peer_timeout: float = 60.0  # seconds a node waits for a silent node 0 before giving up
     mpi_watch_port: int = 36667  # node 0's liveness port, watched by the other nodes
+    # the job's coordination (every multi-node mode but MPI): see docs/supervision.md
+    job_port: int = 36668  # node 0's coordination port; 0: no coordination
+    arrival_timeout: float = 300.0  # seconds node 0 waits for every node to report
+    hang_timeout: float | None = None  # seconds without a line from any rank: a hang; off if None
     # supervision and files
     log_dir: str | None = None  # default: $MA_LOG_DIR/marun if set, else ./marun_logs
     run_dir: str | None = None  # default: $TMPDIR/marun-<uid>
@@ -80,6 +84,9 @@ INT_RANGES: Mapping[str, tuple[int, int]] = {
     "sshd_port": (1, PORT_MAX),
     "mpi_watch_port": (1, PORT_MAX),
     "max_restarts": (0, 1_000_000),
+    "ms_server_num": (0, 1024),
+    "ms_cert_expire_warning_days": (0, 36_500),
+    "job_port": (0, PORT_MAX),  # 0: no coordination
 }
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}

@@ -11,7 +11,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from marun.plan.coordination import Coordination
 
 from marun.errors import InputError, bad_value
 from marun.plan.console_selection import ConsoleSelection
@@ -133,9 +136,11 @@ class LaunchPlan:
     nodes: tuple[NodePlan, ...]
     notes: tuple[str, ...] = field(default=())
     supervision: Supervision = field(default_factory=Supervision)
+    # How this node's marun joins the job's others (multi-node jobs of every mode but MPI).
+    coordination: Coordination | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "schema": SCHEMA_VERSION,
             "mode": self.mode,
             "supervision": self.supervision.to_dict(),
@@ -166,11 +171,16 @@ class LaunchPlan:
             ],
             "notes": list(self.notes),
         }
+        if self.coordination is not None:
+            data["coordination"] = self.coordination.to_dict()
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LaunchPlan:
         """The inverse of `to_dict` (a `marun plan --format json` read back; masked secrets stay
         masked). Fields added after a document was written take their defaults."""
+        from marun.plan.coordination import coordination_from_dict
+
         if data.get("schema") != SCHEMA_VERSION:
             raise bad_value("plan schema", data.get("schema"), f"{SCHEMA_VERSION}")
         try:
@@ -181,6 +191,9 @@ class LaunchPlan:
                 supervision=Supervision.from_dict(data["supervision"])
                 if "supervision" in data
                 else Supervision(),
+                coordination=None
+                if data.get("coordination") is None
+                else coordination_from_dict(data["coordination"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"plan: not a plan of schema {SCHEMA_VERSION} ({exc!r})") from None

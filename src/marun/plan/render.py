@@ -116,6 +116,8 @@ def render_table(plan: LaunchPlan) -> str:
         out.append(f"result.json: {watching['record_dir']}")
     for note in data["notes"]:
         out.append(f"note: {note}")
+    if plan.coordination is not None:
+        out.append(plan.coordination.describe())
     for node in data["nodes"]:
         out.append("")
         out.append(f"node {node['index']}  {node['host']}")

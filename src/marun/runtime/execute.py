@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from marun._files import atomic_write, private_dir
 from marun.errors import InputError, MarunError
 from marun.plan.launch_plan import FileSpec, LaunchPlan, NodePlan, ProcessSpec
+
+if TYPE_CHECKING:
+    from marun.runtime.joblink import JobLink
 
 
 def write_files(files: tuple[FileSpec, ...]) -> None:
@@ -63,9 +67,16 @@ def execute(plan: LaunchPlan) -> int:
     # As PID 1 (a container's ENTRYPOINT) marun never execs: the kernel gives PID 1 no default
     # signal actions, so a script without its own SIGTERM handler would ignore `docker stop`
     # until the SIGKILL, and nobody would reap orphans. marun stays, relays and reaps (tini's job).
-    lone = len(node.processes) == 1 and not node.processes[0].daemon and os.getpid() != 1
+    # A coordinated node (one of several) stays too: it reports to node 0 and follows its stop.
     # A process MindSpore recovers must be restarted when it dies: marun stays in front of it.
-    if lone and not plan.supervision.always_supervise and not node.processes[0].restart_on_failure:
+    lone = (
+        len(node.processes) == 1
+        and not node.processes[0].daemon
+        and os.getpid() != 1
+        and plan.coordination is None
+        and not node.processes[0].restart_on_failure
+    )
+    if lone and not plan.supervision.always_supervise:
         write_files(node.files)
         exec_process(node.processes[0])
     if not node.processes:
@@ -73,7 +84,29 @@ def execute(plan: LaunchPlan) -> int:
         return 0
     from marun.runtime.supervisor import Supervisor
 
+    link = None
+    if plan.coordination is not None:
+        link = _open_link(plan)
     # Built first: what it refuses (a cwd or log it cannot create) is refused before any write.
-    supervisor = Supervisor(plan, node)
+    supervisor = Supervisor(plan, node, link=link)
     write_files(node.files)
     return supervisor.run()
+
+
+def _open_link(plan: LaunchPlan) -> JobLink:
+    """The coordination of a multi-node job (marun.job), loaded by name: the runtime never
+    imports it, and a single-node job never loads it."""
+    from importlib import import_module
+
+    from marun.log import get_logger
+
+    coord = plan.coordination
+    assert coord is not None
+    try:
+        link: JobLink = import_module("marun.job.link").open_link(plan, get_logger("marun.job"))
+    except OSError as exc:
+        raise MarunError(
+            f"job_port={coord.port}: node {coord.index} cannot listen for the job's nodes "
+            f"({exc.strerror}); expected a free port (set job_port)"
+        ) from None
+    return link

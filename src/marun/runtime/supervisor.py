@@ -29,7 +29,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -49,6 +49,9 @@ from marun.runtime.signals import RELAYED, STOP, SignalPipe, exit_code_for, sign
 
 if TYPE_CHECKING:
     from structlog.typing import FilteringBoundLogger
+
+if TYPE_CHECKING:
+    from marun.runtime.joblink import JobEvent, JobLink
 
 _KILL_WAIT = 10.0  # after SIGKILL, how long to wait for the kernel to take processes away
 _TICK = 0.5  # at most this long between checks, so nothing depends on a single wake-up
@@ -79,6 +82,28 @@ def _die_with_marun_setup() -> Callable[[], None] | None:
 _DIE_WITH_MARUN = _die_with_marun_setup()
 
 
+class _Interrupted(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """The stop signals end a wait in the main thread (even as PID 1, where a signal without a
+    handler is ignored): the wait for the rest of the job at the end."""
+
+    def handler(signum: int, _: object) -> None:
+        raise _Interrupted(signum)
+
+    old = {sig: signal.signal(sig, handler) for sig in STOP}
+    try:
+        yield
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
+
+
 class Phase(Enum):
     """Where the supervisor is in a job's life (like torch elastic's `WorkerState`).
 
@@ -101,7 +126,13 @@ class Supervisor:
     """Runs `node` (one of `plan`'s nodes) under `plan.supervision` to the end: `run()` returns
     marun's exit code. `console` is marun's stdout unless given."""
 
-    def __init__(self, plan: LaunchPlan, node: NodePlan, console: Console | None = None) -> None:
+    def __init__(
+        self,
+        plan: LaunchPlan,
+        node: NodePlan,
+        console: Console | None = None,
+        link: JobLink | None = None,
+    ) -> None:
         # The log (structlog) is imported once every process has started: it costs more than
         # starting them. Until then events wait here, with the time they happened.
         self._log: FilteringBoundLogger | None = None
@@ -141,6 +172,11 @@ class Supervisor:
         self._subreaper = False
         self._sel: selectors.BaseSelector = selectors.DefaultSelector()
         self._daemons_only = all(rec.spec.daemon for rec in self._records)
+        # The rest of the job (multi-node plans with a coordination section): nothing starts
+        # before every node has arrived; a stop from node 0 ends this node like a failure here.
+        self._link = link
+        self._arriving = link is not None
+        self._job_stop: JobEvent | None = None
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -152,14 +188,17 @@ class Supervisor:
             with SignalPipe() as sigs:
                 self._sel.register(sigs.fileno(), selectors.EVENT_READ, None)
                 self.job.started = time.time()
-                for index in range(len(self._records)):
-                    if not self._start(index):
-                        break
-                self._log_early_events()
+                if self._link is not None:
+                    # Nothing starts before every node of the job has arrived (node 0 says).
+                    self._sel.register(self._link.fileno(), selectors.EVENT_READ, "job")
+                else:
+                    self._start_all()
                 while not self._finished():
                     for key, _ in self._sel.select(self._timeout()):
                         if key.data is None:
                             self._on_signals(sigs.drain())
+                        elif key.data == "job":
+                            self._on_job(self._link.poll() if self._link else [])
                         else:
                             self._read(key.fd, key.data)
                     self._reap()
@@ -175,6 +214,36 @@ class Supervisor:
             for fd in self._log_fds:
                 os.close(fd)
         return self._finish()
+
+    def _start_all(self) -> None:
+        self._arriving = False
+        self.job.started = time.time()
+        for index in range(len(self._records)):
+            if not self._start(index):
+                break
+        self._log_early_events()
+
+    def _on_job(self, events: list[JobEvent]) -> None:
+        for event in events:
+            if event.kind == "start" and self._arriving and self._phase is Phase.RUNNING:
+                self._emit("job_started")
+                self._start_all()
+            elif event.kind == "dump" and self._phase is Phase.RUNNING and self._link is not None:
+                from marun.runtime.stacks import dump_stacks
+
+                self._link.report_stacks(dump_stacks(self._records, self._running, self._log_fds))
+            elif event.kind == "stop" and self._job_stop is None:
+                # Kept even when this node is already stopping: the job's first failure is
+                # printed at the end whichever node it was on.
+                self._job_stop = event
+                if self._phase is not Phase.RUNNING:
+                    continue
+                self._pending.clear()
+                self.job.exit_code = event.code
+                self.job.outcome = "failed" if event.code else "succeeded"
+                reason = "job done" if not event.code else "job stopped by node 0"
+                self._emit("job_stop", "error" if event.code else "info", code=event.code)
+                self._begin_stop(reason, signal.SIGTERM)
 
     def _finished(self) -> bool:
         return self._phase is not Phase.RUNNING and (
@@ -265,6 +334,8 @@ class Supervisor:
             data = b""
         if data:
             stream.feed(data)
+            if self._link is not None:
+                self._link.activity()
             return
         stream.close()
         self._sel.unregister(fd)
@@ -273,8 +344,8 @@ class Supervisor:
     def _drain_outputs(self) -> None:
         """Take in what is left in every pipe, without waiting for writers that live on."""
         for key in list(self._sel.get_map().values()):
-            if key.data is None:
-                continue
+            if not isinstance(key.data, OutputStream):
+                continue  # the signal pipe, the job's link
             stream: OutputStream = key.data
             while True:
                 try:
@@ -346,6 +417,17 @@ class Supervisor:
             status=describe(rec.ending),
         )
         self._begin_stop("failure", signal.SIGTERM)
+        if self._link is not None:
+            self._link.report_failure(
+                {
+                    "name": rec.spec.name,
+                    "rank": rec.spec.rank,
+                    "exit_code": rec.ending.code,
+                    "signal": None if rec.ending.signal is None else signal_name(rec.ending.signal),
+                    "log": rec.spec.log,
+                    "tail": list(rec.tail)[-20:],
+                }
+            )
 
     def _restart_due(self) -> None:
         now = time.monotonic()
@@ -471,14 +553,40 @@ class Supervisor:
                 sys.stderr.flush()
             except OSError:
                 pass
+        code = job.exit_code
+        if self._link is not None:
+            code = self._end_of_job(directory)
         self._emit(
             "job_finished",
             outcome=job.outcome,
-            exit_code=job.exit_code,
+            exit_code=code,
             orphans_reaped=job.orphans_reaped,
             result=path,
         )
-        return job.exit_code
+        return code
+
+    def _end_of_job(self, directory: str) -> int:
+        """Tell node 0 how this node ended, wait for the job's end, print its first failure."""
+        assert self._link is not None
+        try:
+            with _interruptible():
+                code = self._link.report_end(self.job.outcome, self.job.exit_code, directory)
+        except _Interrupted as exc:
+            # Stopped while waiting for the rest of the job (the platform ends the pod).
+            self._emit("signal_received", "warning", signal=signal_name(exc.signum), phase="end")
+            code = self.job.exit_code or 128 + exc.signum
+        stop = self._job_stop
+        for event in self._link.poll():
+            if event.kind == "stop" and stop is None:
+                stop = event
+        self._link.close()
+        if stop is not None and stop.code:
+            from marun.runtime.joblink import job_failure_summary
+
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.write(job_failure_summary(stop, self._node.index, self._node.host))
+                sys.stderr.flush()
+        return code
 
     def _log_early_events(self) -> None:
         if self._early is None:

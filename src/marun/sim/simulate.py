@@ -184,6 +184,9 @@ def simulation_plan(
     resolve_command(platform.command, platform.cwd, platform.python)
     sim_dir = os.path.join(log_dir(platform), "simulate")
     planned = containers(mode, nodes, devices, platform.cwd, sim_dir, platform.settings.tf_chief)
+    # The job's coordination port, free here: the containers share this machine's ports.
+    job_port = str(free_port())
+    planned = [replace(c, env={**c.env, "MARUN_JOB_PORT": job_port}) for c in planned]
     processes = []
     for container in planned:
         argv = (
@@ -238,6 +241,8 @@ def inner_platform(platform: Platform, container: Container) -> Platform:
     for key, value in container.env.items():
         if key == "MARUN_MS_SCHED_PORT":
             settings = replace(settings, ms_sched_port=int(value))
+        if key == "MARUN_JOB_PORT":
+            settings = replace(settings, job_port=int(value))
     return replace(
         platform, env=env, command=words, appended=appended, cwd=container.cwd, settings=settings
     )
@@ -267,7 +272,11 @@ def job_plan(mode: str, platform: Platform, planned: Sequence[Container]) -> Lau
                 )
             )
     return LaunchPlan(
-        mode, tuple(nodes[i] for i in sorted(nodes)), tuple(notes), plans[0].supervision
+        mode,
+        tuple(nodes[i] for i in sorted(nodes)),
+        tuple(notes),
+        plans[0].supervision,
+        plans[0].coordination,  # node 0's: where every container's marun reports
     )
 
 

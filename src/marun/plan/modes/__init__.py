@@ -88,16 +88,22 @@ def build_plan(
         return replace(skipped, supervision=watching)
     module = import_module(PLANNERS[mode])
     plan: LaunchPlan = module.plan(platform, all_nodes)
+    coordination = None
+    if mode != "mpi" and not all_nodes:
+        from marun.plan.coordination import coordination_for
+
+        coordination = coordination_for(mode, platform, plan)
     notes = plan.notes
     procs = plan.nodes[0].processes if len(plan.nodes) == 1 else ()
-    if not all_nodes and not always_supervise and len(procs) == 1 and not procs[0].daemon:
+    lone = len(procs) == 1 and not procs[0].daemon and not procs[0].restart_on_failure
+    if not all_nodes and not always_supervise and lone and coordination is None:
         notes = (
             *notes,
             f"one process: marun execs it (unless marun is PID 1), so its output goes to "
             f"marun's own stdout and stderr, not to {procs[0].log}, and no result.json is "
             "written; --supervise keeps marun in front and writes both",
         )
-    return replace(plan, supervision=watching, notes=notes)
+    return replace(plan, supervision=watching, notes=notes, coordination=coordination)
 
 
 def plan_from_environment(

@@ -1,0 +1,10 @@
+"""One job, not N nodes: the coordination of a multi-node job's marun processes (every mode but
+MPI, which has its own leader and followers in marun.mpi). Node 0's marun runs the coordinator
+(arrival and the start barrier, job-wide fail-fast, lost nodes, the hang watchdog, job.json);
+every node's marun, node 0's included, is a member that reports to it. The protocol is in
+docs/supervision.md.
+
+May import: `marun.inputs`, `marun.plan`, `marun.runtime` and the top-level helpers. Nothing
+imports `marun.job` statically: runtime.execute loads `marun.job.link` by name, and only for a
+plan with a coordination section.
+"""

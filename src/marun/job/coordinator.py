@@ -1,0 +1,469 @@
+"""Node 0's side: a thread in the leader's marun that every node's marun (its own included)
+reports to. It counts arrivals and opens the start barrier, turns the first failure anywhere into
+a stop sent to every node, declares a node that went silent for peer_timeout failed, watches for
+a job-wide hang, and gathers each node's end for job.json.
+
+Messages in (member -> coordinator): hello, hb {idle}, failure {failure}, stacks {text}, end
+{outcome, exit_code}. Out: welcome, start, hb, dump, stop {code, failure}, done {code}.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import selectors
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from marun.job.protocol import LineBuffer, ProtocolError, decode, encode
+from marun.plan.coordination import Coordination
+
+HEARTBEAT = 1.0  # seconds between heartbeats, both ways
+HANG_EXIT = 124  # the job's exit code when the hang watchdog stopped it (docs/supervision.md)
+LOST_EXIT = 1  # a node that vanished, or never arrived
+_TICK = 0.2
+_DUMP_WAIT = 15.0  # seconds the watchdog waits for every node's stacks
+
+
+@dataclass(eq=False)
+class _Conn:
+    sock: socket.socket
+    address: str
+    buf: LineBuffer = field(default_factory=LineBuffer)
+    member: tuple[int, int] | None = None
+
+
+@dataclass
+class MemberState:
+    node: int
+    slot: int
+    host: str
+    address: str
+    arrived: float  # wall clock
+    last_seen: float  # monotonic
+    conn: _Conn | None = None
+    idle: float = 0.0  # seconds without a rank's line, as of its last heartbeat
+    daemons_only: bool = False
+    ended: float | None = None
+    outcome: str | None = None
+    exit_code: int | None = None
+    stacks: str | None = None
+
+
+class Coordinator:
+    def __init__(
+        self,
+        coord: Coordination,
+        secret: bytes,
+        *,
+        announce: Callable[[str], None] | None = None,
+        log: Callable[..., None] | None = None,
+    ) -> None:
+        self.coord = coord
+        self._secret = secret
+        self._announce = announce or _stderr_line
+        self._log = log or (lambda event, level="info", **kw: None)
+        self._lock = threading.Lock()
+        self._sel = selectors.DefaultSelector()
+        self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._server.bind(("", coord.port))
+        self._server.listen(64)
+        self._server.setblocking(False)
+        self._sel.register(self._server, selectors.EVENT_READ, None)
+        self._conns: set[_Conn] = set()
+        self.members: dict[tuple[int, int], MemberState] = {}
+        self.started_at = time.time()
+        self._t0 = time.monotonic()
+        self.start_sent = False
+        self.stopped: dict[str, Any] | None = None  # the stop sent: {code, failure}
+        self.first_failure: dict[str, Any] | None = None
+        self.exit_code: int | None = None
+        self.done_sent = False
+        self.refused = 0
+        self._allowed: set[str] | None = None
+        self._allowed_at = 0.0
+        self._last_hb = 0.0
+        self._dump_since: float | None = None
+        self._closing = False
+        self._thread = threading.Thread(target=self._loop, name="marun-coordinator", daemon=True)
+
+    @property
+    def expected(self) -> int:
+        return self.coord.nodes * self.coord.slots
+
+    def start(self) -> Coordinator:
+        self._thread.start()
+        return self
+
+    def close(self, linger: float = 2.0) -> None:
+        """After `done`: let members read it, then stop."""
+        self._closing = True
+        self._thread.join(linger + 1.0)
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        closing_since: float | None = None
+        try:
+            while True:
+                for key, _ in self._sel.select(_TICK):
+                    if key.data is None:
+                        self._accept()
+                    else:
+                        self._read(key.data)
+                with self._lock:
+                    self._tick()
+                if self._closing:
+                    closing_since = closing_since or time.monotonic()
+                    live = [c for c in self._conns if c.member is not None]
+                    if not live or time.monotonic() - closing_since > 2.0:
+                        break
+        finally:
+            for conn in list(self._conns):
+                self._drop(conn)
+            with contextlib.suppress(KeyError, ValueError):
+                self._sel.unregister(self._server)
+            self._server.close()
+            self._sel.close()
+
+    def _accept(self) -> None:
+        try:
+            sock, peer = self._server.accept()
+        except OSError:
+            return
+        sock.setblocking(False)
+        conn = _Conn(sock, str(peer[0]))
+        if not self._address_allowed(conn.address):
+            self._refuse(conn, "not from one of the job's hosts")
+            sock.close()
+            return
+        self._conns.add(conn)
+        self._sel.register(sock, selectors.EVENT_READ, conn)
+
+    def _read(self, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(conn)
+            return
+        try:
+            lines = conn.buf.feed(data)
+        except ProtocolError as exc:
+            self._refuse(conn, str(exc))
+            self._drop(conn)
+            return
+        for line in lines:
+            try:
+                body = decode(self._secret, self.coord.job, line)
+            except ProtocolError as exc:
+                self._refuse(conn, str(exc))
+                self._drop(conn)
+                return
+            with self._lock:
+                self._handle(conn, body)
+
+    def _drop(self, conn: _Conn) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self._sel.unregister(conn.sock)
+        conn.sock.close()
+        self._conns.discard(conn)
+        if conn.member is not None:
+            member = self.members.get(conn.member)
+            if member is not None and member.conn is conn:
+                member.conn = None  # silent from now on: peer_timeout counts
+
+    def _refuse(self, conn: _Conn, why: str) -> None:
+        self.refused += 1
+        self._log("job_message_refused", "warning", source=conn.address, reason=why)
+
+    # -- who may talk to us -----------------------------------------------------------------
+
+    def _address_allowed(self, address: str) -> bool:
+        if address.startswith("127.") or address == "::1":
+            return True  # this node's own marun processes (and nobody else's: a container)
+        if not self.coord.hosts:
+            return True  # the job's hosts are unknown; the job id and the secret still hold
+        now = time.monotonic()
+        if self._allowed is None or (address not in self._allowed and now - self._allowed_at > 5):
+            # Names of pods may resolve only some time after they start: look again, not often.
+            self._allowed = _resolve_all(self.coord.hosts)
+            self._allowed_at = now
+        return address in self._allowed
+
+    # -- messages ---------------------------------------------------------------------------
+
+    def _handle(self, conn: _Conn, body: dict[str, Any]) -> None:
+        key = (int(body["node"]), int(body["slot"]))
+        kind = body["type"]
+        if kind == "hello":
+            if not (0 <= key[0] < self.coord.nodes and 0 <= key[1] < self.coord.slots):
+                self._refuse(conn, f"node {key[0]} slot {key[1]} is not part of this job")
+                return
+            self._hello(conn, key, body)
+            return
+        if conn.member != key:
+            self._refuse(conn, f"{kind} before hello")
+            return
+        member = self.members[key]
+        member.last_seen = time.monotonic()
+        if kind == "hb":
+            member.idle = float(body.get("idle", 0.0))
+        elif kind == "failure":
+            self._failure(dict(body.get("failure") or {}))
+        elif kind == "stacks":
+            member.stacks = str(body.get("text", ""))
+        elif kind == "end":
+            member.ended = time.time()
+            member.outcome = str(body.get("outcome"))
+            member.exit_code = int(body.get("exit_code", 0))
+
+    def _hello(self, conn: _Conn, key: tuple[int, int], body: dict[str, Any]) -> None:
+        conn.member = key
+        old = self.members.get(key)
+        now = time.monotonic()
+        if old is not None:
+            if old.conn is not None and old.conn is not conn:
+                self._drop(old.conn)
+            old.conn = conn
+            old.last_seen = now
+            member = old
+        else:
+            member = MemberState(
+                node=key[0],
+                slot=key[1],
+                host=str(body.get("host", "?")),
+                address=conn.address,
+                arrived=time.time(),
+                last_seen=now,
+                conn=conn,
+                daemons_only=bool(body.get("daemons_only", False)),
+            )
+            self.members[key] = member
+            self._log("node_arrived", node=key[0], slot=key[1], host=member.host)
+            complete = [
+                n
+                for n in range(self.coord.nodes)
+                if all((n, slot) in self.members for slot in range(self.coord.slots))
+            ]
+            if key[0] in complete:  # this node's last device just arrived
+                self._announce(f"marun: {len(complete)}/{self.coord.nodes} nodes up")
+        self._send(member, "welcome")
+        if self.stopped is not None:
+            self._send(member, "stop", **self.stopped)
+        elif self.start_sent:
+            self._send(member, "start")
+        elif len(self.members) == self.expected:
+            self.start_sent = True
+            self._log("job_start", nodes=self.coord.nodes)
+            self._broadcast("start")
+
+    def _failure(self, failure: dict[str, Any]) -> None:
+        if self.stopped is not None:
+            return
+        code = int(failure.get("exit_code") or 1)
+        self._stop(code, failure)
+
+    def _stop(self, code: int, failure: dict[str, Any]) -> None:
+        if self.stopped is not None:
+            return
+        self.first_failure = failure
+        self.exit_code = code
+        self.stopped = {"code": code, "failure": failure}
+        self._log("job_stop", "error", code=code, node=failure.get("node"), why=failure.get("why"))
+        self._broadcast("stop", **self.stopped)
+
+    # -- time -------------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        if now - self._last_hb >= HEARTBEAT:
+            self._last_hb = now
+            self._broadcast("hb")
+        if not self.start_sent and self.stopped is None:
+            if now - self._t0 >= self.coord.arrival_timeout:
+                self._arrival_failed()
+            return
+        for member in self.members.values():
+            if member.ended is None and now - member.last_seen > self.coord.peer_timeout:
+                if self.stopped is None:
+                    self._stop(
+                        LOST_EXIT,
+                        {
+                            "node": member.node,
+                            "host": member.host,
+                            "exit_code": LOST_EXIT,
+                            "why": f"node {member.node} ({member.host}) lost: no word from its "
+                            f"marun for {self.coord.peer_timeout:g}s",
+                        },
+                    )
+                member.ended = time.time()
+                member.outcome = "lost"
+        self._watch_hang(now)
+        self._check_done()
+
+    def _arrival_failed(self) -> None:
+        missing = []
+        for node in range(self.coord.nodes):
+            slots = [s for s in range(self.coord.slots) if (node, s) not in self.members]
+            if slots:
+                host = self.coord.hosts[node] if node < len(self.coord.hosts) else "?"
+                part = f"node {node} ({host})"
+                if self.coord.slots > 1:
+                    part += f" slots {','.join(map(str, slots))}"
+                missing.append(part)
+        why = (
+            f"{len(missing)} of {self.coord.nodes} nodes missing after "
+            f"{self.coord.arrival_timeout:g}s: {'; '.join(missing)} never reported to "
+            f"{self.coord.host}:{self.coord.port}"
+        )
+        first = next(
+            n
+            for n in range(self.coord.nodes)
+            if any((n, s) not in self.members for s in range(self.coord.slots))
+        )
+        self._stop(LOST_EXIT, {"node": first, "exit_code": LOST_EXIT, "why": why})
+
+    def _watch_hang(self, now: float) -> None:
+        limit = self.coord.hang_timeout
+        if limit is None or self.stopped is not None:
+            return
+        running = [m for m in self.members.values() if m.ended is None and not m.daemons_only]
+        if not running:
+            return
+        if self._dump_since is None:
+            idle = min(m.idle + (now - m.last_seen) for m in running)
+            if idle >= limit:
+                self._dump_since = now
+                self._log("job_hang", "error", idle_seconds=round(idle, 1))
+                self._broadcast("dump")
+            return
+        have = all(m.stacks is not None for m in running)
+        if have or now - self._dump_since >= _DUMP_WAIT:
+            stacks = "".join(
+                f"--- node {m.node} slot {m.slot} ({m.host})\n{m.stacks or '(no stacks)'}\n"
+                for m in sorted(running, key=lambda m: (m.node, m.slot))
+            )
+            self._stop(
+                HANG_EXIT,
+                {
+                    "exit_code": HANG_EXIT,
+                    "why": f"hang: no rank of the job wrote a line for {limit:g}s",
+                    "stacks": stacks,
+                },
+            )
+
+    def _check_done(self) -> None:
+        if self.done_sent:
+            return
+        if len(self.members) < self.expected and self.stopped is None:
+            return  # once stopped, a node that never arrived is not waited for
+        pending = [m for m in self.members.values() if m.ended is None]
+        if pending and self.stopped is None:
+            if all(m.daemons_only for m in pending):
+                # TF parameter servers: they end when the job is done, not on their own.
+                self.stopped = {"code": 0, "failure": None}
+                self._broadcast("stop", code=0, failure=None)
+            return
+        if pending:
+            return
+        self.done_sent = True
+        if self.exit_code is None:
+            self.exit_code = next((m.exit_code for m in self.members.values() if m.exit_code), 0)
+        self._broadcast("done", code=self.exit_code)
+
+    # -- sending ----------------------------------------------------------------------------
+
+    def _send(self, member: MemberState, kind: str, **fields: Any) -> None:
+        if member.conn is None:
+            return
+        line = encode(
+            self._secret,
+            {"job": self.coord.job, "node": self.coord.leader, "slot": 0, "type": kind, **fields},
+        )
+        try:
+            member.conn.sock.setblocking(True)
+            member.conn.sock.settimeout(2.0)
+            member.conn.sock.sendall(line)
+        except OSError:
+            self._drop(member.conn)
+        else:
+            with contextlib.suppress(OSError):
+                member.conn.sock.setblocking(False)
+
+    def _broadcast(self, kind: str, **fields: Any) -> None:
+        for member in list(self.members.values()):
+            self._send(member, kind, **fields)
+
+    # -- the report -------------------------------------------------------------------------
+
+    def report(self) -> dict[str, Any]:
+        from marun.runtime.result import iso
+
+        with self._lock:
+            nodes = []
+            for node in range(self.coord.nodes):
+                slots = [self.members.get((node, s)) for s in range(self.coord.slots)]
+                nodes.append(
+                    {
+                        "index": node,
+                        "host": next((m.host for m in slots if m), None),
+                        "slots": [
+                            {
+                                "slot": s,
+                                "arrived": iso(m.arrived) if m else None,
+                                "ended": iso(m.ended) if m else None,
+                                "outcome": m.outcome if m else "missing",
+                                "exit_code": m.exit_code if m else None,
+                            }
+                            for s, m in enumerate(slots)
+                        ],
+                    }
+                )
+            return {
+                "schema": 1,
+                "job": self.coord.job,
+                "nodes_expected": self.coord.nodes,
+                "exit_code": self.exit_code,
+                "first_failure": self.first_failure,
+                "started": iso(self.started_at),
+                "ended": iso(time.time()),
+                "refused_messages": self.refused,
+                "nodes": nodes,
+            }
+
+    def write_report(self, directory: str) -> str:
+        """job.json beside result.json (atomic, 0600)."""
+        import json
+        import os
+
+        from marun._files import atomic_write, private_dir
+
+        path = os.path.join(private_dir(directory, strict=False), "job.json")
+        atomic_write(path, json.dumps(self.report(), indent=2) + "\n", 0o600)
+        return path
+
+
+def _resolve_all(hosts: tuple[str, ...]) -> set[str]:
+    found: set[str] = set()
+    for host in hosts:
+        try:
+            for info in socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM):
+                found.add(str(info[4][0]))
+        except OSError:
+            continue
+    return found
+
+
+def _stderr_line(text: str) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()

@@ -1,0 +1,47 @@
+"""Build this node's JobLink from the plan's coordination section (runtime.execute loads this
+module by name, only when the plan has one)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+from marun.job.coordinator import Coordinator
+from marun.job.member import Member
+from marun.job.protocol import job_secret
+from marun.plan.launch_plan import LaunchPlan
+
+
+def _ssh_key(ssh_dir: str | None) -> str:
+    base = ssh_dir or os.path.join(os.path.expanduser("~"), ".ssh")
+    return os.path.join(base, "id_rsa")
+
+
+def open_link(plan: LaunchPlan, log: Any) -> Member:
+    """Start the coordinator when this marun is the leader's first, then connect as a member."""
+    coord = plan.coordination
+    assert coord is not None
+    node = plan.nodes[0]
+    secret = job_secret(os.environ, _ssh_key(coord.ssh_dir) if coord.auth == "ssh-key" else None)
+
+    def emit(event: str, level: str = "info", **fields: Any) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            getattr(log, level)(event, **fields)
+
+    if coord.hang_timeout is not None:
+        from marun.runtime.stacks import MISSING, py_spy
+
+        if py_spy() is None:
+            emit("hang_watchdog_without_stacks", "warning", reason=MISSING)
+    coordinator = None
+    if coord.index == coord.leader and coord.slot == 0:
+        coordinator = Coordinator(coord, secret, log=emit).start()
+    return Member(
+        coord,
+        secret,
+        node.host,
+        daemons_only=bool(node.processes) and all(p.daemon for p in node.processes),
+        coordinator=coordinator,
+        log=emit,
+    )

@@ -1,0 +1,278 @@
+"""Every node's side (node 0's too): a thread that keeps this marun connected to the leader's
+coordinator, sends heartbeats, failures and the end, and hands what the leader says to the
+supervisor's loop through a pipe (marun.runtime.joblink.JobLink is the supervisor's view)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import select
+import socket
+import threading
+import time
+from typing import Any
+
+from marun.job.coordinator import HEARTBEAT, LOST_EXIT, Coordinator
+from marun.job.protocol import LineBuffer, ProtocolError, decode, encode
+from marun.plan.coordination import Coordination
+from marun.runtime.joblink import JobEvent
+
+_RETRY = 0.5
+
+
+class Member:
+    def __init__(
+        self,
+        coord: Coordination,
+        secret: bytes,
+        host: str,
+        *,
+        daemons_only: bool = False,
+        coordinator: Coordinator | None = None,
+        log: Any = None,
+    ) -> None:
+        self.coord = coord
+        self._secret = secret
+        self._host = host
+        self._daemons_only = daemons_only
+        self.coordinator = coordinator
+        self._log = log or (lambda event, level="info", **kw: None)
+        # The leader's own member talks to its coordinator over loopback.
+        self._target = ("127.0.0.1" if coordinator is not None else coord.host, coord.port)
+        self._events: queue.Queue[JobEvent] = queue.Queue()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._sock: socket.socket | None = None
+        self._send_lock = threading.Lock()
+        self._sock_lock = threading.Lock()
+        self._started = threading.Event()
+        self._done = threading.Event()
+        self._done_code: int | None = None
+        self._stop_event: JobEvent | None = None
+        self._last_activity = time.monotonic()
+        self._closing = False
+        self._tries = 0
+        self._last_error = ""
+        self._thread = threading.Thread(target=self._loop, name="marun-member", daemon=True)
+        self._thread.start()
+
+    # -- JobLink ----------------------------------------------------------------------------
+
+    def fileno(self) -> int:
+        return self._wake_r
+
+    def poll(self) -> list[JobEvent]:
+        with contextlib.suppress(OSError):
+            while os.read(self._wake_r, 4096):
+                pass
+        events = []
+        while True:
+            try:
+                events.append(self._events.get_nowait())
+            except queue.Empty:
+                return events
+
+    def activity(self) -> None:
+        self._last_activity = time.monotonic()
+
+    def report_failure(self, failure: dict[str, Any]) -> None:
+        self._send("failure", failure={**failure, "node": self.coord.index, "host": self._host})
+
+    def report_stacks(self, text: str) -> None:
+        self._send("stacks", text=text)
+
+    def report_end(self, outcome: str, exit_code: int, directory: str) -> int:
+        """Say how this node ended; wait for the job's end and return its code. The leader
+        writes job.json into `directory` then."""
+        self._send("end", outcome=outcome, exit_code=exit_code)
+        # As long as the job runs elsewhere: node 0 must outlive every node (or they would
+        # count it lost), and every node exits with the job's status. The wait ends: node 0
+        # declares a silent node lost after peer_timeout, and this thread gives up on a silent
+        # node 0 after as long.
+        done = False
+        while not done and self._thread.is_alive():
+            done = self._done.wait(1.0)
+        if not done:
+            self._log("job_end_unknown", "warning")
+        if self.coordinator is not None:
+            try:
+                path = self.coordinator.write_report(directory)
+                self._log("job_report_written", path=path)
+            except OSError as exc:
+                self._log("job_report_not_written", "warning", error=exc.strerror)
+        if not done or self._done_code is None:
+            return exit_code
+        return self._done_code
+
+    def close(self) -> None:
+        self._closing = True
+        self._thread.join(3.0)
+        if self.coordinator is not None:
+            self.coordinator.close()
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    # -- the thread -------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        try:
+            self._converse()
+        finally:
+            self._disconnect()  # node 0 sees this node leave at once
+
+    def _converse(self) -> None:
+        buf = LineBuffer()
+        last_heard = time.monotonic()
+        # The leader gives up on missing nodes after arrival_timeout; a member whose leader
+        # never answers gives up a peer_timeout later, naming it.
+        give_up = last_heard + self.coord.arrival_timeout + self.coord.peer_timeout
+        last_hb = 0.0
+        while not self._closing:
+            now = time.monotonic()
+            if not self._started.is_set() and now >= give_up and self._stop_event is None:
+                self._stop_event = self._lost_leader("before the start")
+                self._push(self._stop_event)
+                self._disconnect()
+                self._done.set()
+                return
+            if self._sock is None:
+                if self._started.is_set() and now - last_heard > self.coord.peer_timeout:
+                    self._lost(
+                        f"no word from node {self.coord.leader}'s marun for "
+                        f"{self.coord.peer_timeout:g}s"
+                    )
+                    return
+                if self._connect():
+                    buf = LineBuffer()
+                    last_heard = time.monotonic()
+                else:
+                    time.sleep(_RETRY)
+                continue
+            if now - last_hb >= HEARTBEAT:
+                last_hb = now
+                self._send("hb", idle=round(now - self._last_activity, 2))
+            if now - last_heard > self.coord.peer_timeout:
+                self._lost(
+                    f"no word from node {self.coord.leader}'s marun for "
+                    f"{self.coord.peer_timeout:g}s"
+                )
+                return
+            sock = self._sock
+            if sock is None:
+                continue
+            try:
+                ready, _, _ = select.select([sock], [], [], 0.2)
+            except (OSError, ValueError):
+                self._disconnect()
+                continue
+            if not ready:
+                continue
+            try:
+                data = sock.recv(1 << 16)
+            except OSError:
+                data = b""
+            if not data:
+                self._disconnect()
+                continue
+            try:
+                lines = buf.feed(data)
+            except ProtocolError:
+                self._disconnect()
+                continue
+            for line in lines:
+                try:
+                    body = decode(self._secret, self.coord.job, line)
+                except ProtocolError as exc:
+                    self._log("job_message_refused", "warning", source="leader", reason=str(exc))
+                    continue
+                last_heard = time.monotonic()
+                self._handle(body)
+
+    def _connect(self) -> bool:
+        self._tries += 1
+        try:
+            sock = socket.create_connection(self._target, timeout=2.0)
+        except OSError as exc:
+            self._last_error = exc.strerror or str(exc)
+            return False
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock = sock
+        self._send(
+            "hello",
+            host=self._host,
+            daemons_only=self._daemons_only,
+        )
+        return self._sock is not None
+
+    def _disconnect(self) -> None:
+        with self._sock_lock:
+            sock, self._sock = self._sock, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _handle(self, body: dict[str, Any]) -> None:
+        kind = body["type"]
+        if kind == "start":
+            if not self._started.is_set():
+                self._started.set()
+                self._push(JobEvent("start", 0, None))
+        elif kind == "stop":
+            event = JobEvent("stop", int(body.get("code", LOST_EXIT)), body.get("failure"))
+            if self._stop_event is None:
+                self._stop_event = event
+                self._push(event)
+        elif kind == "dump":
+            self._push(JobEvent("dump", 0, None))
+        elif kind == "done":
+            self._done_code = int(body.get("code", 0))
+            self._done.set()
+
+    def _lost_leader(self, when: str) -> JobEvent:
+        why = (
+            f"node {self.coord.leader} ({self.coord.host}:{self.coord.port}) not reachable "
+            f"{when}: {self._tries} tries over "
+            f"{self.coord.arrival_timeout + self.coord.peer_timeout:g}s"
+            + (f", last: {self._last_error}" if self._last_error else "")
+        )
+        return JobEvent(
+            "stop", LOST_EXIT, {"node": self.coord.leader, "exit_code": LOST_EXIT, "why": why}
+        )
+
+    def _lost(self, why: str) -> None:
+        event = JobEvent(
+            "stop", LOST_EXIT, {"node": self.coord.leader, "exit_code": LOST_EXIT, "why": why}
+        )
+        self._disconnect()
+        if self._stop_event is None:
+            self._stop_event = event
+            self._push(event)
+        self._done.set()
+
+    def _push(self, event: JobEvent) -> None:
+        self._events.put(event)
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"!")
+
+    def _send(self, kind: str, **fields: Any) -> None:
+        line = encode(
+            self._secret,
+            {
+                "job": self.coord.job,
+                "node": self.coord.index,
+                "slot": self.coord.slot,
+                "type": kind,
+                **fields,
+            },
+        )
+        with self._send_lock:
+            sock = self._sock
+            if sock is None:
+                return
+            try:
+                sock.sendall(line)
+            except OSError:
+                self._disconnect()

@@ -1,0 +1,184 @@
+"""The job's coordination (marun.job) on loopback with real sockets: a coordinator and members
+in this process, as node 0's and the other nodes' marun hold them."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from marun.job.coordinator import LOST_EXIT, Coordinator
+from marun.job.member import Member
+from marun.job.protocol import ProtocolError, decode, encode
+from marun.plan.coordination import Coordination
+from marun.runtime.joblink import JobEvent
+
+SECRET = b"s3cret"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def coordination(index: int, port: int, **kw: object) -> Coordination:
+    base: dict[str, object] = dict(
+        host="127.0.0.1",
+        port=port,
+        nodes=3,
+        index=index,
+        job="job-a",
+        arrival_timeout=3.0,
+        peer_timeout=2.0,
+    )
+    base.update(kw)
+    return Coordination(**base)  # type: ignore[arg-type]
+
+
+def events(member: Member, kind: str, timeout: float = 10.0) -> JobEvent:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for event in member.poll():
+            if event.kind == kind:
+                return event
+        time.sleep(0.05)
+    raise AssertionError(f"no {kind} event within {timeout}s")
+
+
+def end_all(members: list[Member], codes: list[int], directory: str) -> dict[int, int]:
+    """Every node reports its end at once (each waits for the job's); their job codes."""
+    import threading
+
+    got: dict[int, int] = {}
+
+    def end(i: int) -> None:
+        got[i] = members[i].report_end("failed" if codes[i] else "succeeded", codes[i], directory)
+
+    threads = [threading.Thread(target=end, args=(i,)) for i in range(len(members))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    return got
+
+
+@pytest.fixture
+def port() -> int:
+    return free_port()
+
+
+@pytest.fixture
+def members() -> Iterator[list[Member]]:
+    made: list[Member] = []
+    yield made
+    for m in made:
+        m.close()
+
+
+def start_members(port: int, made: list[Member], indexes: list[int], **kw: object) -> None:
+    coordinator = Coordinator(coordination(0, port, **kw), SECRET).start()
+    for i in indexes:
+        made.append(
+            Member(
+                coordination(i, port, **kw),
+                SECRET,
+                f"h{i}",
+                coordinator=coordinator if i == 0 else None,
+            )
+        )
+
+
+def test_messages_are_signed_and_of_this_job() -> None:
+    line = encode(SECRET, {"job": "job-a", "node": 1, "slot": 0, "type": "hb"})
+    assert decode(SECRET, "job-a", line)["type"] == "hb"
+    with pytest.raises(ProtocolError, match="signature"):
+        decode(b"other", "job-a", line)
+    with pytest.raises(ProtocolError, match="job id"):
+        decode(SECRET, "job-b", line)
+    with pytest.raises(ProtocolError):
+        decode(SECRET, "job-a", b'{"type": "stop"}')
+
+
+def test_start_only_when_every_node_arrived(port: int, members: list[Member]) -> None:
+    start_members(port, members, [0, 1])
+    time.sleep(0.5)
+    assert all(e.kind != "start" for m in members for e in m.poll())
+    start_members_late = Member(coordination(2, port), SECRET, "h2")
+    members.append(start_members_late)
+    for m in members:
+        events(m, "start")
+
+
+def test_missing_node_stops_everyone_naming_it(port: int, members: list[Member]) -> None:
+    start_members(port, members, [0, 1])
+    for m in members:
+        stop = events(m, "stop")
+        assert stop.code == LOST_EXIT
+        assert stop.failure is not None and "node 2" in stop.failure["why"]
+
+
+def test_first_failure_reaches_every_node(port: int, members: list[Member], tmp_path: Path) -> None:
+    start_members(port, members, [0, 1, 2])
+    for m in members:
+        events(m, "start")
+    members[2].report_failure({"name": "rank4", "rank": 4, "exit_code": 3, "tail": ["boom"]})
+    for m in members:
+        stop = events(m, "stop")
+        assert stop.code == 3
+        assert stop.failure is not None
+        assert (stop.failure["node"], stop.failure["rank"]) == (2, 4)
+    assert end_all(members, [143, 143, 3], str(tmp_path)) == {0: 3, 1: 3, 2: 3}
+    report = json.loads((tmp_path / "job.json").read_text())
+    assert report["exit_code"] == 3 and report["first_failure"]["rank"] == 4
+    assert [n["slots"][0]["outcome"] for n in report["nodes"]] == ["failed"] * 3
+
+
+def test_a_silent_node_counts_as_lost(port: int, members: list[Member]) -> None:
+    start_members(port, members, [0, 1, 2])
+    for m in members:
+        events(m, "start")
+    members[1].close()  # its marun is gone: no end, no heartbeat
+    for m in (members[0], members[2]):
+        stop = events(m, "stop")
+        assert stop.code == LOST_EXIT and "node 1" in stop.failure["why"]  # type: ignore[index]
+
+
+def test_forged_messages_are_refused(port: int, members: list[Member]) -> None:
+    start_members(port, members, [0, 1, 2])
+    for m in members:
+        events(m, "start")
+    for secret, job in ((b"guess", "job-a"), (SECRET, "job-b")):
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            for kind in ("hello", "failure"):
+                s.sendall(
+                    encode(
+                        secret,
+                        {
+                            "job": job,
+                            "node": 1,
+                            "slot": 0,
+                            "type": kind,
+                            "failure": {"exit_code": 9},
+                        },
+                    )
+                )
+            time.sleep(0.3)
+    time.sleep(1.0)
+    assert all(e.kind != "stop" for m in members for e in m.poll())
+    coordinator = members[0].coordinator
+    assert coordinator is not None and coordinator.refused >= 2
+    assert coordinator.stopped is None
+
+
+def test_success_everywhere_is_done_with_zero(
+    port: int, members: list[Member], tmp_path: Path
+) -> None:
+    start_members(port, members, [0, 1, 2])
+    for m in members:
+        events(m, "start")
+    assert end_all(members, [0, 0, 0], str(tmp_path)) == {0: 0, 1: 0, 2: 0}

@@ -1,0 +1,125 @@
+"""The plan's coordination section (marun plan): where node 0 listens, the settings, the
+secret's source; none for one node, MPI, or job_port 0; bad settings are bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from conftest import run_marun
+
+INIT = "tcp://job-a-worker-0.job-a:29500"
+TWO_NODES = ["--init_method", INIT, "--rank", "1", "--world_size", "2"]
+NODE_ENV = {
+    "MA_NUM_HOSTS": "2",
+    "VC_TASK_INDEX": "1",
+    "MA_VJ_NAME": "job-a",
+    "MA_TASK_NAME": "worker",
+}
+
+
+def plan(script: Path, *options: str, env: dict[str, str] | None = None) -> Any:
+    res = run_marun(
+        ["plan", "--format", "json", *options, "--", script.name, *TWO_NODES],
+        env={**NODE_ENV, **(env or {})},
+        cwd=script.parent,
+    )
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def test_pytorch_nodes_report_to_the_init_method_host(script: Path) -> None:
+    data = plan(script, "--arrival-timeout", "120", "--hang-timeout", "600")
+    assert data["coordination"] == {
+        "host": "job-a-worker-0.job-a",
+        "port": 36668,
+        "nodes": 2,
+        "index": 1,
+        "leader": 0,
+        "slots": 1,
+        "slot": 0,
+        "job": "job-a",
+        "hosts": ["job-a-worker-0.job-a", "job-a-worker-1.job-a"],
+        "arrival_timeout": 120.0,
+        "peer_timeout": 60.0,
+        "hang_timeout": 600.0,
+        "auth": "none",
+        "ssh_dir": None,
+    }
+
+
+def test_the_secret_s_source_never_its_value(script: Path, tmp_path: Path) -> None:
+    data = plan(script, env={"MARUN_JOB_TOKEN": "tok-value-1"})
+    assert data["coordination"]["auth"] == "token"
+    assert "tok-value-1" not in json.dumps(data)
+    ssh = tmp_path / "ssh"
+    ssh.mkdir()
+    (ssh / "id_rsa").write_text("KEY-CONTENT\n")
+    data = plan(script, env={"MARUN_SSH_DIR": str(ssh)})
+    assert data["coordination"]["auth"] == "ssh-key"
+    assert "KEY-CONTENT" not in json.dumps(data)
+
+
+def test_table_shows_endpoint_and_settings(script: Path) -> None:
+    res = run_marun(
+        ["plan", "--format", "table", "--peer-timeout", "9", "--", script.name, *TWO_NODES],
+        env=NODE_ENV,
+        cwd=script.parent,
+    )
+    assert res.returncode == 0, res.stderr
+    line = next(x for x in res.stdout.splitlines() if x.startswith("coordination:"))
+    assert "node 0 at job-a-worker-0.job-a:36668" in line
+    assert "2 nodes x 1 slot(s), this node 1 slot 0" in line
+    assert "arrival 300s, peer 9s, hang off" in line
+    assert "auth none (no job secret" in line
+
+
+def test_none_for_one_node_or_job_port_0(script: Path) -> None:
+    res = run_marun(
+        ["plan", "--format", "json", "--", script.name, "--init_method", INIT],
+        cwd=script.parent,
+    )
+    assert "coordination" not in json.loads(res.stdout)
+    assert "coordination" not in plan(script, env={"MARUN_JOB_PORT": "0"})
+
+
+def test_bad_timeouts_are_bad_input(script: Path) -> None:
+    for option, value in (("--arrival-timeout", "0"), ("--hang-timeout", "-1")):
+        res = run_marun(
+            ["plan", option, value, "--", script.name, *TWO_NODES],
+            env=NODE_ENV,
+            cwd=script.parent,
+        )
+        assert res.returncode == 2
+        assert res.stderr.count("\n") == 1 and res.stderr.startswith("marun: error: "), res.stderr
+        field = option.lstrip("-").replace("-", "_")
+        assert option in res.stderr or field in res.stderr, res.stderr
+
+
+def test_tensorflow_leader_is_the_first_worker(script: Path) -> None:
+    ps = "--ps_hosts", "[h0:2222,h1:2222]"
+    workers = "--worker_hosts", "[h2:2223,h3:2223]"
+    res = run_marun(
+        ["plan", "--format", "json", "--", script.name, "--task_index", "1", *ps, *workers,
+         "--job_name", "worker"],
+        cwd=script.parent,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    coordination = json.loads(res.stdout)["coordination"]
+    assert (coordination["host"], coordination["nodes"], coordination["leader"]) == ("h2", 4, 2)
+    assert coordination["index"] == 3
+
+
+def test_single_node_run_loads_no_coordination(script: Path) -> None:
+    """One node: no import of marun.job or the runtime's link to it, no thread, no socket
+    (supervised here, so the supervisor's imports count too)."""
+    res = run_marun(
+        ["run", "--supervise", "--", script.name, "--init_method", INIT],
+        env={"PYTHONPROFILEIMPORTTIME": "1"},
+        cwd=script.parent,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "marun.plan.coordination" in res.stderr  # the plan looked, and found one node
+    assert "marun.job" not in res.stderr
+    assert "marun.runtime.joblink" not in res.stderr
