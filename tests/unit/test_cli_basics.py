@@ -59,3 +59,21 @@ def test_help_through_a_pipe_shows_whole_option_names() -> None:
     assert res.returncode == 0
     assert "--keep-platform-args" in res.stdout
     assert re.search(r"--nproc-per-node +N ", res.stdout), res.stdout
+
+
+def test_a_nodes_plan_says_which_node_of_how_many(script: Path) -> None:
+    """`marun plan` on node 1 of a 2-node job shows node 1's plan: its header names it as such
+    (not `nodes: 1`), and its record file is node 1's."""
+    res = run_marun(
+        [
+            *("plan", "--format", "table", "--mode", "pytorch", "--", script.name),
+            *("--init_method", "tcp://127.0.0.1:29500", "--rank", "1", "--world_size", "2"),
+        ],
+        env={"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "1"},
+        cwd=script.parent,
+    )
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("mode: pytorch   node 1 of 2   processes: 1")
+    assert "lone process supervised" in lines[1]
+    assert lines[2].startswith("result.node1.json: ")

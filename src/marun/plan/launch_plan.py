@@ -130,6 +130,13 @@ class Supervision:
         )
 
 
+def result_file_name(node: int) -> str:
+    """`result.json` on node 0 (and on a one-node job), `result.node<i>.json` on node i: the
+    nodes of a job often share one log directory (a shared volume), and no node may overwrite
+    another's record."""
+    return "result.json" if node == 0 else f"result.node{node}.json"
+
+
 @dataclass(frozen=True)
 class LaunchPlan:
     mode: str

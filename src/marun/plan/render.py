@@ -102,9 +102,20 @@ def render_table(plan: LaunchPlan) -> str:
     data = masked_dict(plan)
     out: list[str] = []
     nprocs = sum(len(n["processes"]) for n in data["nodes"])
-    out.append(f"mode: {data['mode']}   nodes: {len(data['nodes'])}   processes: {nprocs}")
+    shown = len(data["nodes"])
+    coord = data.get("coordination")
+    if coord is not None and shown == 1:
+        # This node's plan of a bigger job: say which node, of how many.
+        where = f"node {coord['index']} of {coord['nodes']}"
+    else:
+        where = f"nodes: {shown}"
+    out.append(f"mode: {data['mode']}   {where}   processes: {nprocs}")
     watching = data["supervision"]
-    lone = "supervised" if watching["always_supervise"] else "exec'd (unless marun is PID 1)"
+    lone = (
+        "supervised"
+        if watching["always_supervise"] or coord is not None
+        else "exec'd (unless marun is PID 1)"
+    )
     out.append(
         f"supervision: grace_period {watching['grace_period']:g}s   "
         f"max_restarts {watching['max_restarts']}   "
@@ -113,7 +124,10 @@ def render_table(plan: LaunchPlan) -> str:
         f"lone process {lone}"
     )
     if watching["record_dir"]:
-        out.append(f"result.json: {watching['record_dir']}")
+        from marun.plan.launch_plan import result_file_name
+
+        index = data["nodes"][0]["index"] if shown == 1 else 0
+        out.append(f"{result_file_name(index)}: {watching['record_dir']}")
     for note in data["notes"]:
         out.append(f"note: {note}")
     if plan.coordination is not None:

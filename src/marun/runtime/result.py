@@ -138,16 +138,10 @@ class JobRecord:
         }
 
 
-def result_file_name(node: int) -> str:
-    """`result.json` on node 0 (and on a one-node job), `result.node<i>.json` on node i: the
-    nodes of a job often share one log directory (a shared volume), and no node may overwrite
-    another's record."""
-    return "result.json" if node == 0 else f"result.node{node}.json"
-
-
 def write_result(directory: str, job: JobRecord) -> str:
     """Write this node's record into `directory` atomically (a reader never sees half a file)."""
     from marun._files import atomic_write, private_dir
+    from marun.plan.launch_plan import result_file_name
 
     path = os.path.join(private_dir(directory, strict=False), result_file_name(job.node))
     atomic_write(path, json.dumps(job.to_dict(), indent=2) + "\n", 0o600)
