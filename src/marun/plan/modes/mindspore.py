@@ -283,10 +283,24 @@ def _from_rank_table(
 
     first = servers[0]
     first_address = _server_address(first)
+    pod, machine = platform.env.get("MA_CURRENT_IP"), platform.env.get("MA_CURRENT_HOST_IP")
+    # In a pod with its own address (MA_CURRENT_IP differs from the machine's MA_CURRENT_HOST_IP)
+    # the rank table's addresses are the machines': the scheduler cannot bind node 0's. Node 0's
+    # pod address is what the path without a rank table uses: its own on node 0, its name's
+    # answer elsewhere.
+    in_pod = bool(pod and machine and pod.strip() != machine.strip())
     if override is not None:
         sched_host = override
     elif len(servers) == 1:
         sched_host = LOOPBACK
+    elif in_pod and this_index == 0 and not all_nodes:
+        sched_host = nic.address
+    elif in_pod and platform.env.get("MA_NUM_HOSTS"):
+        host0 = node_hosts(platform)[0]
+        sched_host, resolved_notes = (
+            (host0, ()) if is_ipv4(host0) else _resolve_node0(platform, host0, all_nodes)
+        )
+        notes.extend(resolved_notes)
     elif first_address is None:
         raise InputError(
             f"rank table {table.path}: first server {first.server_id!r} has no IPv4 address "
