@@ -43,3 +43,18 @@ def test_other_nodes_in_pods_dial_node_0s_pod_address(script: Path) -> None:
 def test_on_the_host_network_the_table_address_stays(script: Path) -> None:
     env = {"MA_CURRENT_HOST_IP": "192.0.2.11", "MA_CURRENT_IP": "192.0.2.11"}
     assert _sched_hosts(script, env) == {"192.0.2.11"}
+
+
+def test_an_inherited_ms_node_id_is_refused_and_per_process_ones_are_noted(script: Path) -> None:
+    base = ["plan", "--format", "json", "--mode", "mindspore", "--nic", "lo", "--", script.name]
+    env = {"MA_NUM_GPUS": "2", "MA_CURRENT_IP": "127.0.0.1"}
+    res = run_marun(base, env={**env, "MS_NODE_ID": "3"}, cwd=script.parent)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1
+    assert "MS_NODE_ID='3'" in res.stderr
+    res = run_marun(
+        base, env={**env, "MS_WORKER_NUM": "99", "MS_ROLE": "MS_WORKER"}, cwd=script.parent
+    )
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert any("inherited MS_ROLE='MS_WORKER', MS_WORKER_NUM='99'" in n for n in data["notes"])
+    assert {p["env"]["MS_WORKER_NUM"] for n in data["nodes"] for p in n["processes"]} == {"2"}

@@ -409,6 +409,7 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     # Inputs that need no waiting first, so a mistake fails before any bounded wait (a rank table
     # still initializing, a host name that has yet to resolve).
     argv = script_argv(platform)
+    inherited = _inherited_notes(platform)
     cluster = _cluster_settings(platform)
     servers = server_num(platform)
     tls = plan_tls(platform)
@@ -429,5 +430,29 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
         )
         for node in layout.nodes
     )
-    notes = layout.notes + (tls.notes if tls is not None else ())
+    notes = inherited + layout.notes + (tls.notes if tls is not None else ())
     return LaunchPlan(mode=MODE, nodes=nodes, notes=notes)
+
+
+# Variables marun sets per process; one inherited from the container is replaced, and said so.
+_PER_PROCESS = ("MS_ROLE", "MS_WORKER_NUM")
+
+
+def _inherited_notes(platform: Platform) -> tuple[str, ...]:
+    """MS_NODE_ID in the container's environment would reach the scheduler (which must have
+    none) and every process marun does not give its own: refused. The per-process ones marun
+    sets are replaced, with a note, so that nobody wonders where their value went."""
+    if platform.env.get("MS_NODE_ID", "").strip():
+        raise bad_value(
+            "MS_NODE_ID",
+            platform.env["MS_NODE_ID"],
+            "no MS_NODE_ID in the environment: marun gives each worker its own (the "
+            "scheduler must have none); unset it",
+        )
+    found = [f"{k}={platform.env[k]!r}" for k in _PER_PROCESS if platform.env.get(k, "").strip()]
+    if not found:
+        return ()
+    return (
+        f"inherited {', '.join(found)}: replaced by marun's own value for each process (the "
+        "scheduler and every worker get theirs)",
+    )
