@@ -64,6 +64,19 @@ CASES = [
     Given("recovery_wait", "yaml", ".nan", "1", "mindspore"),
     Given("console_ranks", "cli", "3-1", "0,scheduler"),
     Given("console_ranks", "env", "0;1", "none"),
+    Given("job_port", "env", "70000", "0"),
+    Given("arrival_timeout", "cli", "nan", "30"),
+    Given("hang_timeout", "env", "-1", "60"),
+    Given("ms_ssl", "env", "maybe", "0", "mindspore"),
+    Given("ms_server_cert", "yaml", "[a]", "server.p12", "mindspore"),
+    Given("ms_client_cert", "yaml", "[a]", "client.p12", "mindspore"),
+    Given("ms_ca_cert", "yaml", "[a]", "ca.crt", "mindspore"),
+    Given("ms_crl", "yaml", "[c]", "crl.pem", "mindspore"),
+    Given("ms_cipher_list", "yaml", "[a]", "ECDHE-RSA-AES128-GCM-SHA256", "mindspore"),
+    Given("ms_cert_expire_warning_days", "env", "-1", "30", "mindspore"),
+    Given("ms_client_password_file", "yaml", "[a]", "pw.txt", "mindspore"),
+    Given("ms_server_password_file", "yaml", "[a]", "pw.txt", "mindspore"),
+    Given("ms_server_num", "env", "-1", "0", "mindspore"),
 ]
 
 

@@ -91,6 +91,9 @@ class Supervision:
     record_dir: str | None = None
     always_supervise: bool = False
     prefix_output: bool = True
+    # Off only where the processes stop one another (marun simulate's nodes, which coordinate
+    # as one job): stopping the others at the first failure would race their own ending.
+    fail_fast: bool = True
 
     def __post_init__(self) -> None:
         _seconds("grace_period", self.grace_period)
@@ -115,6 +118,7 @@ class Supervision:
             "record_dir": self.record_dir,
             "always_supervise": self.always_supervise,
             "prefix_output": self.prefix_output,
+            "fail_fast": self.fail_fast,
         }
 
     @classmethod
@@ -127,6 +131,7 @@ class Supervision:
             record_dir=data["record_dir"],
             always_supervise=bool(data["always_supervise"]),
             prefix_output=bool(data["prefix_output"]),
+            fail_fast=bool(data.get("fail_fast", True)),
         )
 
 

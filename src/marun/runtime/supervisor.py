@@ -403,7 +403,7 @@ class Supervisor:
         self._fail(rec)
 
     def _fail(self, rec: ProcessRecord) -> None:
-        if self._phase is not Phase.RUNNING:
+        if self._phase is not Phase.RUNNING or self.job.first_failure is not None:
             return
         assert rec.ending is not None
         self.job.first_failure = rec
@@ -416,7 +416,8 @@ class Supervisor:
             rank=rec.spec.rank,
             status=describe(rec.ending),
         )
-        self._begin_stop("failure", signal.SIGTERM)
+        if self._options.fail_fast:
+            self._begin_stop("failure", signal.SIGTERM)
         if self._link is not None:
             self._link.report_failure(
                 {

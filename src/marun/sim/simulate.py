@@ -209,7 +209,7 @@ def simulation_plan(
         f"simulate-{mode}",
         (NodePlan(0, "localhost", processes=tuple(processes)),),
         (f"{len(planned)} container(s) of a {nodes}-node x {devices}-device {mode} job",),
-        outer_supervision(platform, sim_dir),
+        outer_supervision(platform, sim_dir, fail_fast=nodes == 1),
     )
     return plan, planned, sim_dir
 
@@ -280,10 +280,11 @@ def job_plan(mode: str, platform: Platform, planned: Sequence[Container]) -> Lau
     )
 
 
-def outer_supervision(platform: Platform, sim_dir: str) -> Supervision:
+def outer_supervision(platform: Platform, sim_dir: str, fail_fast: bool = True) -> Supervision:
     """How this machine watches the simulated nodes: always supervised (even one node), result.json
     in the simulation directory, no prefix and no console selection (each inner `marun run`
-    prefixes and selects its own lines)."""
+    prefixes and selects its own lines). `fail_fast` off where the nodes coordinate (several
+    nodes): each node's marun ends itself when the job stops, and says why."""
     settings = platform.settings
     return Supervision(
         grace_period=settings.grace_period,
@@ -292,6 +293,7 @@ def outer_supervision(platform: Platform, sim_dir: str) -> Supervision:
         record_dir=sim_dir,
         always_supervise=True,
         prefix_output=False,
+        fail_fast=fail_fast,
     )
 
 
