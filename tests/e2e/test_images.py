@@ -293,7 +293,8 @@ def test_image_runs_a_job_as_the_platform_starts_it(podman: Podman, engine: Engi
     code, out = podman.run(
         f"localhost/marun-{engine.image}",
         ["/examples/hello.py", *engine.appended],
-        env=engine.env,
+        # One node of the job, alone: no other node will arrive (coordination: test_job.py).
+        env={**engine.env, "MARUN_JOB_PORT": "0"},
         volumes={EXAMPLES: "/examples:ro", RANKTABLES: "/ranktables:ro"},
     )
     assert code == 0, out
@@ -315,7 +316,8 @@ def test_start_file_runs_marun_in_its_mode(tmp_path: Path, engine: Engine) -> No
             str(EXAMPLES / "hello.py"),
             *engine.appended,
         ],
-        env=clean_env({**env, **engine.start_file_env}),
+        # One node of the job, alone: no other node will arrive (coordination: test_job.py).
+        env=clean_env({**env, **engine.start_file_env, "MARUN_JOB_PORT": "0"}),
         cwd=tmp_path,
         capture_output=True,
         text=True,
