@@ -136,6 +136,9 @@ def _env(tmp_path: Path, mode: str) -> dict[str, str]:
             "MARUN_LOG_LEVEL": "debug",
             "MARUN_RUN_DIR": str(tmp_path / "run"),
             "TMPDIR": str(tmp_path / "tmp"),
+            # One container of the job, alone (TF's worker beside its ps): no other node will
+            # arrive; the job's coordination is tested in test_job.py.
+            "MARUN_JOB_PORT": "0",
         }
     )
 
@@ -183,7 +186,12 @@ def test_plan_and_run_show_no_secret(mode: str, tmp_path: Path) -> None:
             if _leaks(text, env_values):
                 cmdline_leaks.append(f"{pid}: {text}")
     finally:
-        code = proc.wait(timeout=60)
+        try:
+            code = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
     assert not cmdline_leaks, cmdline_leaks
     assert code == 0, (tmp_path / "stderr").read_text()
     stdout = (tmp_path / "stdout").read_text()
