@@ -145,3 +145,32 @@ def test_nodes_sharing_a_log_directory_keep_their_own_record(tmp_path: Path) -> 
     first = json.loads((shared / "result.json").read_text())
     second = json.loads((shared / "result.node1.json").read_text())
     assert (first["node"], second["node"]) == (0, 1)
+
+
+@pytest.mark.parametrize(
+    ("mode", "args", "env"),
+    [
+        ("pytorch", ["--nproc-per-node", "2", "--", "train.py", "--init_method"], {}),
+        ("mindspore", ["--nproc-per-node", "2", "--nic", "lo", "--", "train.py"], {}),
+    ],
+)
+def test_a_taken_rendezvous_or_scheduler_port_is_refused_before_anything_starts(
+    tmp_path: Path, mode: str, args: list[str], env: dict[str, str]
+) -> None:
+    """Another job's scheduler (or a leftover rank) holds the port: one line, exit 2, nothing
+    started, instead of the framework's 'address already in use' or a rendezvous time-out."""
+    import socket
+
+    (tmp_path / "train.py").write_text("print('started')\n")
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        if mode == "pytorch":
+            args = [*args, f"tcp://127.0.0.1:{port}"]
+        else:
+            env = {"MARUN_MS_SCHED_PORT": str(port), "MA_CURRENT_IP": "127.0.0.1"}
+        res = run_marun(["run", "--mode", mode, *args], env=env, cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.count("\n") == 1 and f"port {port} " in res.stderr, res.stderr
+    assert "started" not in res.stdout

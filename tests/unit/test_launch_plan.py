@@ -196,6 +196,7 @@ def test_the_dry_run_shows_the_supervision(tmp_path: Path, fmt: str) -> None:
         "record_dir": str(tmp_path / "marun_logs"),
         "always_supervise": True,
         "prefix_output": True,
+        "fail_fast": True,
     }
 
 

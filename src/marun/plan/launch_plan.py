@@ -53,6 +53,10 @@ class ProcessSpec:
     rank: int | None = None
     daemon: bool = False
     restart_on_failure: bool = False
+    # TCP ports the process will listen on (a rendezvous, a scheduler, a TF server): checked to
+    # be free before anything starts, so that a taken port is one line, not a framework's
+    # time-out minutes later.
+    listens: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,7 @@ class LaunchPlan:
                             "rank": p.rank,
                             "daemon": p.daemon,
                             "restart_on_failure": p.restart_on_failure,
+                            **({"listens": list(p.listens)} if p.listens else {}),
                         }
                         for p in n.processes
                     ],
@@ -230,6 +235,7 @@ def _node_from_dict(data: Mapping[str, Any]) -> NodePlan:
                 rank=None if p.get("rank") is None else int(p["rank"]),
                 daemon=bool(p.get("daemon", False)),
                 restart_on_failure=bool(p.get("restart_on_failure", False)),
+                listens=tuple(int(x) for x in p.get("listens", ())),
             )
             for p in data.get("processes", ())
         ),

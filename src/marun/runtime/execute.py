@@ -32,6 +32,27 @@ def write_files(files: tuple[FileSpec, ...]) -> None:
             ) from None
 
 
+def check_ports(node: NodePlan) -> None:
+    """Every port a process of this node will listen on must be free now: a taken one (another
+    job's scheduler, a leftover rank) is bad input, one line, before anything starts, instead of
+    the framework's `address already in use` or its rendezvous time-out minutes later."""
+    import socket
+
+    for proc in node.processes:
+        for port in proc.listens:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                # As the frameworks bind: a port in TIME_WAIT is free to them, and to us.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    sock.bind(("0.0.0.0", port))
+                except OSError as exc:
+                    raise InputError(
+                        f"port {port} ({proc.name} listens on it) is taken on this node "
+                        f"({exc.strerror}); expected a free port: stop what holds it, or choose "
+                        "another (the rendezvous or scheduler port)"
+                    ) from None
+
+
 def exec_process(proc: ProcessSpec) -> None:
     """Replace marun with the process: no extra process, no extra latency, signals and exit
     status go straight to and from the platform."""
@@ -64,6 +85,7 @@ def execute(plan: LaunchPlan) -> int:
     if len(plan.nodes) != 1:
         raise MarunError(f"expected a plan for this node only, got {len(plan.nodes)} nodes")
     node: NodePlan = plan.nodes[0]
+    check_ports(node)
     # As PID 1 (a container's ENTRYPOINT) marun never execs: the kernel gives PID 1 no default
     # signal actions, so a script without its own SIGTERM handler would ignore `docker stop`
     # until the SIGKILL, and nobody would reap orphans. marun stays, relays and reaps (tini's job).

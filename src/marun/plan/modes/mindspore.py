@@ -377,6 +377,7 @@ def _processes(
                 role="scheduler",
                 rank=None,
                 restart_on_failure=bool(recovery),
+                listens=(cluster.port,),
             )
         )
     for worker in node.workers:

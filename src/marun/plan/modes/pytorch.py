@@ -160,6 +160,8 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
                     log=f"{logs}/rank_{rank}.log",
                     role="worker",
                     rank=rank,
+                    # rank 0 serves the rendezvous store (torch's TCPStore) on node 0
+                    listens=(rdzv.port,) if rank == 0 else (),
                 )
             )
         return NodePlan(index=node, host=host, processes=tuple(processes))
