@@ -58,3 +58,24 @@ def test_an_inherited_ms_node_id_is_refused_and_per_process_ones_are_noted(scrip
     data = json.loads(res.stdout)
     assert any("inherited MS_ROLE='MS_WORKER', MS_WORKER_NUM='99'" in n for n in data["notes"])
     assert {p["env"]["MS_WORKER_NUM"] for n in data["nodes"] for p in n["processes"]} == {"2"}
+
+
+def test_node_0_says_when_its_name_answers_another_address(script: Path) -> None:
+    """Node 0's scheduler binds this node's address; the others dial node 0's name. A name that
+    answers with another address here (localhost: 127.0.0.1, the NIC: another) is said in a
+    note; one that agrees says nothing."""
+    import pytest
+
+    from marun.inputs.nic import ipv4_by_interface
+
+    others = [name for name in ipv4_by_interface() if name != "lo"]
+    if not others:
+        pytest.skip("no interface but lo here")
+    base = ["plan", "--format", "json", "--mode", "mindspore", "--", script.name]
+    env = {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "0", "VC_WORKER_HOSTS": "localhost,node-1"}
+    data = json.loads(
+        run_marun([*base], env={**env, "MARUN_NIC": others[0]}, cwd=script.parent).stdout
+    )
+    assert any("node 0's name 'localhost' resolves here to 127.0.0.1" in n for n in data["notes"])
+    data = json.loads(run_marun([*base], env={**env, "MARUN_NIC": "lo"}, cwd=script.parent).stdout)
+    assert not any("resolves here to" in n for n in data["notes"])

@@ -211,6 +211,25 @@ def _resolve_node0(platform: Platform, host: str, all_nodes: bool) -> tuple[str,
         )
 
 
+def _disagreeing_name(host: str, bound: str) -> tuple[str, ...]:
+    """Node 0 binds its own address; the other nodes dial the answer to node 0's name. Where
+    that name already answers here with another address, they would dial the wrong one: say so.
+    One look, no wait (the name may appear in DNS only later, which is no disagreement)."""
+    from marun.inputs.hosts import lookup_ipv4
+
+    try:
+        answer = lookup_ipv4(host)
+    except (OSError, UnicodeError):
+        return ()
+    if answer == bound:
+        return ()
+    return (
+        f"node 0's name {host!r} resolves here to {answer}, but its scheduler binds {bound} "
+        "(this node's address): the other nodes dial the name's answer; set nic, or "
+        "MS_SCHED_HOST, so that the two agree",
+    )
+
+
 # -- the layout from the node variables ----------------------------------------------------------
 
 
@@ -231,6 +250,7 @@ def _from_node_variables(platform: Platform, all_nodes: bool, override: str | No
         sched_host = hosts[0]  # what every node reads from the same list
     elif index == 0:
         sched_host = nic.address  # the scheduler binds it: it must be this node's own
+        notes = _disagreeing_name(hosts[0], nic.address)
     else:
         sched_host, notes = _resolve_node0(platform, hosts[0], all_nodes)
     planned = range(count) if all_nodes else (index,)
