@@ -507,6 +507,9 @@ BASE_ENV = {
     "MARUN_RESOLVE_TIMEOUT": "1",
     "MARUN_RANKTABLE_TIMEOUT": "1",
     "MARUN_ARRIVAL_TIMEOUT": "1",
+    # Each case is one container of its job, alone: a multi-node job's other nodes never come,
+    # and waiting for them is not what this corpus tests (tests/e2e/test_job.py does).
+    "MARUN_JOB_PORT": "0",
     "MARUN_FORMATION_TIMEOUT": "1",
     "MARUN_GRACE_PERIOD": "1",
 }
