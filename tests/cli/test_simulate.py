@@ -145,3 +145,14 @@ def test_the_shown_plan_is_what_each_node_runs(job: Path, mode: str) -> None:
         logs = re.findall(r" log (\S+)", block)
         assert logs and all(f"/simulate/node{i}/" in log for log in logs), block
     assert "lone process supervised" in res.stdout
+
+
+def test_the_simulators_own_events_name_the_node_process_not_node_0(job: Path) -> None:
+    """The simulator supervises one `marun run` per node; its events (process_started for
+    node1, ...) carry no `node=0` of its own that would contradict them."""
+    res = run_marun(["simulate", "--mode", "pytorch", "--no-show-plan", "--", "job.py"], cwd=job)
+    assert res.returncode == 0, res.stderr
+    started = [
+        ln for ln in res.stderr.splitlines() if "process_started" in ln and "process=node1" in ln
+    ]
+    assert started and all("node=0" not in ln for ln in started), started

@@ -614,5 +614,9 @@ class Supervisor:
         if self._early is not None:
             self._early.append((event, level, fields, time.time()))
             return
+        # The simulator's supervisor (prefix_output off: its processes are whole `marun run`s,
+        # one per simulated node, each naming itself) is no node of the job: its events name the
+        # process (node1, ...), not a node index of its own that would read as node 0.
+        where = {"node": self._node.index} if self._options.prefix_output else {}
         with contextlib.suppress(OSError, ValueError):
-            getattr(self._log, level)(event, node=self._node.index, **fields)
+            getattr(self._log, level)(event, **where, **fields)
