@@ -10,6 +10,7 @@ retried. Nothing here asserts on elapsed time.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -315,3 +316,124 @@ def test_hosts_not_ready_hold_up_no_one(port: int, monkeypatch: pytest.MonkeyPat
     assert released.is_set()  # every host but the late ones was ready while they were not
     assert max(threads_seen) <= 8
     assert addresses[1] == "127.1.0.2" and len(set(addresses)) == total
+
+
+# -- the SSH identification line, and the logins sampled --------------------------------------
+
+
+class Answering:
+    """A server on 127.0.0.2:`port` that answers each connection with `reply` (None: never
+    answers) and hangs up; counts the connections and keeps what each client sent first."""
+
+    def __init__(self, port: int, reply: bytes | None) -> None:
+        self.reply = reply
+        self.received: list[bytes] = []
+        self._sock = socket.socket()
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.2", port))
+        self._sock.listen(64)
+        self._sock.settimeout(0.2)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(1.0)
+                if self.reply is None:
+                    self._stop.wait(2.0)
+                    continue
+                conn.sendall(self.reply)
+                with contextlib.suppress(OSError):
+                    self.received.append(conn.recv(256))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sock.close()
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        pytest.param(b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n", None, id="sshd"),
+        pytest.param(b"a greeting first\r\nSSH-2.0-OpenSSH_9.2p1\r\n", None, id="lines-before"),
+        pytest.param(b"HTTP/1.1 400 Bad Request\r\n\r\n", "answers, but not with SSH", id="http"),
+        pytest.param(b"", "closed the connection before sending its SSH", id="hang-up"),
+        pytest.param(None, "no SSH identification within 0.5s", id="silent"),
+    ],
+)
+def test_probe_ssh_reads_the_identification_line(
+    port: int, reply: bytes | None, expected: str | None
+) -> None:
+    from marun.mpi.formation import PROBE_IDENT, probe_ssh
+
+    server = Answering(port, reply)
+    try:
+        if expected is None:
+            assert probe_ssh("127.0.0.2", port, 0.5).startswith("SSH-2.0-OpenSSH_9.2p1")
+        else:
+            with pytest.raises(NotReady, match=expected):
+                probe_ssh("127.0.0.2", port, 0.5)
+    finally:
+        server.close()  # after its thread has taken in what the probe sent
+    if expected is None:
+        assert server.received == [PROBE_IDENT]  # sshd logs a client that said who it is
+    with pytest.raises(NotReady, match=f"port {port} closed"):
+        probe_ssh("127.0.0.2", port, 0.5)
+
+
+def test_every_peer_answers_ssh_and_the_first_ones_are_logged_in_to(
+    port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """20 peers (loopback addresses, one listener on all of them answering as sshd does): each
+    is asked for its SSH identification; `LOGINS` of them (3 here) get the login, through a
+    stand-in ssh that records the host it was given. A peer that is not an sshd is not ready
+    however its login would go."""
+    import sys
+
+    from marun.mpi import formation as module
+
+    monkeypatch.setattr(module, "LOGINS", 3)
+    record = tmp_path / "logins"
+    fake_ssh = tmp_path / "ssh.py"
+    fake_ssh.write_text(
+        f"import sys\nwith open({str(record)!r}, 'a') as fh:\n    fh.write(sys.argv[-2] + '\\n')\n"
+    )
+    peers = [f"127.1.0.{i}" for i in range(2, 22)]
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("0.0.0.0", port))
+        server.listen(256)
+        stop = threading.Event()
+        seen: list[str] = []
+
+        def serve() -> None:
+            server.settimeout(0.1)
+            while not stop.is_set():
+                try:
+                    conn, _peer = server.accept()
+                except OSError:
+                    continue
+                with conn:
+                    seen.append(conn.getsockname()[0])
+                    conn.sendall(b"SSH-2.0-OpenSSH_9.2p1\r\n")
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        try:
+            formation = Formation(["localhost", *peers], port, [sys.executable, str(fake_ssh)], 30)
+            addresses = formation.run()
+        finally:
+            stop.set()
+            thread.join()
+    assert addresses == ["127.0.0.1", *peers]
+    assert sorted(set(seen)) == sorted(peers)  # every peer was asked, at its own address
+    logged_in = record.read_text().split()
+    assert len(logged_in) == 3 and set(logged_in) <= set(peers)
+    assert sum(check.login for check in formation.checks) == 3

@@ -1,16 +1,27 @@
-"""Cluster formation on node 0: every host resolved and every peer's sshd letting us in, all
-hosts at once, within one time-out.
+"""Cluster formation on node 0: every host resolved and every peer's sshd answering, all hosts
+at once, within one time-out.
 
 Each check of a host is one attempt: its name resolved to an IPv4 address (DNS for a pod's name
 can appear after the pod starts: Volcano #1972, #452), then, for a peer, its sshd port connected
-to, then an ssh login running `true` with exactly the ssh options mpirun will use. The host
-running the formation is only resolved (mpirun starts its ranks without ssh). Attempts run on a
-bounded pool of threads, taken in the order they fall due; a host whose attempt failed is due
-again after a jittered exponential backoff of at most `MAX_BACKOFF`. So with 1,000 peers none
-waits behind hosts that are not ready yet, no more threads run than the pool holds, and a peer
-is seen within half a second of becoming ready. A line `k/N hosts ready` is printed while hosts
-come in; when the time-out passes, every host not ready is named with the last reason it was
-not: no DNS answer, port closed or unreachable, auth refused, ssh failed.
+to and its SSH identification line read (`SSH-2.0-...`: the sshd is up and speaking SSH on that
+address), then, for the first `LOGINS` peers to answer (every peer of a job that small), an ssh
+login running `true` with exactly the ssh options mpirun will use. The host running the
+formation is only resolved (mpirun starts its ranks without ssh).
+
+Why not a login to every peer: a login costs node 0 and the peer about 50 ms of CPU (the key
+exchange), an identification line about 3 ms, and mpirun logs in to every peer right after
+anyway. What a login proves beyond the identification line (the job's key, the options, the
+user's shell) is the same on every node, because every node's sshd is configured by the same
+marun from the same key: the sampled logins catch it, with the reason, before mpirun starts.
+A peer whose own login would still fail (a broken image on one node only) is named by mpirun's
+ssh message instead; docs/mpi.md says so.
+
+Attempts run on a bounded pool of threads, taken in the order they fall due; a host whose attempt
+failed is due again after a jittered exponential backoff of at most `MAX_BACKOFF`. So with 1,000
+peers none waits behind hosts that are not ready yet, no more threads run than the pool holds,
+and a peer is seen within half a second of becoming ready. A line `k/N hosts ready` is printed
+while hosts come in; when the time-out passes, every host not ready is named with the last reason
+it was not: no DNS answer, port closed or unreachable, no SSH answer, auth refused, ssh failed.
 
 run_mpi.sh resolved one host at a time with a `sleep 1` each (17 minutes for 1,000 hosts) and
 waited forever; here the wait is as long as the slowest host, and bounded.
@@ -32,6 +43,9 @@ MAX_THREADS = 128  # attempts at once; the hosts due after them queue
 FIRST_BACKOFF = 0.1  # seconds before the second attempt at a host; doubling, jittered
 MAX_BACKOFF = 0.5  # and never more: a peer is seen soon after it becomes ready
 SSH_AT_ONCE = 32  # ssh logins at once: each costs node 0 a handshake's CPU
+LOGINS = 8  # peers logged in to (the first to answer); every peer of a smaller job
+IDENT_LIMIT = 8192  # bytes read for the identification line (RFC 4253 allows lines before it)
+PROBE_IDENT = b"SSH-2.0-marun_formation_probe\r\n"  # what sshd logs as the client's version
 CONNECT_TIMEOUT = 2.0
 SSH_TIMEOUT = 30.0
 TICK = 0.2  # how often the waiting thread looks at the clock and the stop event
@@ -68,6 +82,7 @@ class HostCheck:
     ready: bool = False
     problem: str = "not checked yet"
     tried: bool = False  # a check has failed at least once: `problem` is its reason
+    login: bool = False  # one of the peers logged in to (kept once given)
 
     def label(self) -> str:
         where = f" ({self.address})" if self.address and self.address != self.name else ""
@@ -93,6 +108,45 @@ def probe_port(address: str, port: int, timeout: float) -> None:
         raise NotReady(f"port {port} unreachable (no answer within {timeout:.3g}s)") from None
     except OSError as exc:
         raise NotReady(f"port {port} unreachable ({exc.strerror or exc})") from None
+
+
+def probe_ssh(address: str, port: int, timeout: float) -> str:
+    """Connect to `address:port` and read the server's SSH identification line (RFC 4253 4.2);
+    that line, or NotReady saying what answered instead. Our own line is sent first so that
+    sshd logs a client that went away, not a broken one."""
+    try:
+        sock = socket.create_connection((address, port), timeout=timeout)
+    except ConnectionRefusedError:
+        raise NotReady(f"port {port} closed (connection refused)") from None
+    except socket.timeout:
+        raise NotReady(f"port {port} unreachable (no answer within {timeout:.3g}s)") from None
+    except OSError as exc:
+        raise NotReady(f"port {port} unreachable ({exc.strerror or exc})") from None
+    received = b""
+    try:
+        with sock:
+            sock.sendall(PROBE_IDENT)
+            while len(received) < IDENT_LIMIT:
+                for line in received.split(b"\n")[:-1]:
+                    if line.startswith(b"SSH-"):
+                        return line.rstrip(b"\r").decode("ascii", "replace")
+                data = sock.recv(IDENT_LIMIT - len(received))
+                if not data:
+                    break
+                received += data
+    except socket.timeout:
+        raise NotReady(
+            f"port {port} answers, but no SSH identification within {timeout:.3g}s"
+        ) from None
+    except OSError as exc:
+        raise NotReady(
+            f"port {port} answers, but the connection failed ({exc.strerror or exc})"
+        ) from None
+    if not received:
+        # sshd drops a connection when MaxStartups is reached, or as it stops: try again.
+        raise NotReady(f"port {port} closed the connection before sending its SSH identification")
+    first = received.split(b"\n")[0][:60].decode("ascii", "replace").strip()
+    raise NotReady(f"port {port} answers, but not with SSH ({first!r})")
 
 
 def ssh_problem(returncode: int, stderr: str, port: int) -> str:
@@ -139,6 +193,7 @@ class Formation:
         self._stop = stop or threading.Event()
         self._halt = threading.Event()  # tells the checking threads to give up
         self._ssh_slots = threading.BoundedSemaphore(SSH_AT_ONCE)
+        self._logins_left = LOGINS  # login slots not yet given to a peer
         self._lock = threading.Lock()
         self._deadline = 0.0
 
@@ -281,10 +336,13 @@ class Formation:
                     check.address = address
             assert check.address is not None
             if check.index != self._local:
-                self._probe_port(check.address)
-                if self._ssh is not None:
-                    with self._ssh_slots:
-                        self._ssh_login(check.address)
+                if self._ssh is None:
+                    self._probe(probe_port, check.address)
+                else:
+                    self._probe(probe_ssh, check.address)
+                    if self._takes_login(check):
+                        with self._ssh_slots:
+                            self._ssh_login(check.address)
         except NotReady as exc:
             with self._lock:
                 if not (isinstance(exc, OutOfTime) and check.tried):
@@ -295,10 +353,17 @@ class Formation:
             check.ready = True
             check.problem = "ready"
 
-    def _probe_port(self, address: str) -> None:
+    def _takes_login(self, check: HostCheck) -> bool:
+        with self._lock:
+            if not check.login and self._logins_left > 0:
+                check.login = True
+                self._logins_left -= 1
+            return check.login
+
+    def _probe(self, probe: Callable[[str, int, float], object], address: str) -> None:
         limit = self._attempt_timeout(CONNECT_TIMEOUT)
         try:
-            probe_port(address, self._port, limit)
+            probe(address, self._port, limit)
         except NotReady as exc:
             if limit < CONNECT_TIMEOUT and self._over():
                 raise OutOfTime(str(exc)) from None

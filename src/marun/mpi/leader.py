@@ -6,10 +6,10 @@ follower how the job ended.
 
 1. Listens on the watch port (when given): the other nodes connect to it now and then to know
    node 0 is alive; it only accepts and hangs up.
-2. Forms the cluster (marun.mpi.formation): every host of the planned hostfile resolved and
-   every peer's sshd letting node 0 in, with the ssh options mpirun will use (the planner gives
-   the words of its `plm_rsh_args` as `--ssh-option`s), all in parallel, within
-   `--formation-timeout`.
+2. Forms the cluster (marun.mpi.formation): every host of the planned hostfile resolved, every
+   peer's sshd answering SSH, and the first peers to answer letting node 0 in with the ssh
+   options mpirun will use (the planner gives the words of its `plm_rsh_args` as
+   `--ssh-option`s), all in parallel, within `--formation-timeout`.
 3. Rewrites the hostfile with the addresses (`<addr> slots=<n>`), so Open MPI never waits on
    DNS, and runs mpirun as its child, in its own process group: a signal the supervisor relays to
    the group reaches mpirun too, which stops the ranks on every node. mpirun's stderr passes
@@ -276,8 +276,9 @@ def launch(args: argparse.Namespace, mpirun_argv: Sequence[str]) -> int:
 def form_cluster(
     args: argparse.Namespace, hosts: Sequence[str], ssh_command: Sequence[str], signals: StopFlag
 ) -> list[str]:
-    """The hosts' addresses once every peer lets node 0 in. When that does not happen, the
-    peers that did are told the job failed, and FormationError carries node 0's exit code."""
+    """The hosts' addresses once every peer's sshd answers and the sampled logins let node 0
+    in. When that does not happen, the peers that were ready are told the job failed, and
+    FormationError carries node 0's exit code."""
     from marun.mpi.formation import Formation, FormationError
 
     if args.watch_port:
