@@ -306,3 +306,22 @@ def test_a_legacy_p12_is_read_and_a_binary_password_file_refused(
     env = {**NODE_ENV, "MARUN_MS_CLIENT_PASSWORD": PASSWORD}
     message = _refusal(tmp_path, env, **_tls(certs, ms_server_password_file="binary.pw"))
     assert message.startswith("ms_server_password_file='binary.pw': expected a UTF-8 text file")
+
+
+def test_a_password_file_others_may_read_is_noted(tmp_path: Path, certs: Certs) -> None:
+    """Kubernetes mounts a secret 0644 by default: said in a note (and a logged warning), not
+    refused; a 0600 or 0400 file says nothing."""
+    for name, mode in (("client.pw", 0o644), ("server.pw", 0o400)):
+        (tmp_path / name).write_text(PASSWORD + "\n")
+        (tmp_path / name).chmod(mode)
+    settings = _tls(certs, ms_client_password_file="client.pw", ms_server_password_file="server.pw")
+    launch = _plan(tmp_path, NODE_ENV, **settings)
+    noted = [n for n in launch.notes if "password file" in n]
+    assert noted == [
+        f"ms_ssl: ms_client_password_file {tmp_path / 'client.pw'} is readable by group and "
+        "others (mode 0644): a password file should be 0600 or 0400 (Kubernetes: the secret's "
+        "defaultMode: 0400)"
+    ]
+    (tmp_path / "client.pw").chmod(0o600)
+    launch = _plan(tmp_path, NODE_ENV, **settings)
+    assert not [n for n in launch.notes if "password file" in n]

@@ -13,7 +13,10 @@ the script its path and the two passwords through the environment:
 
 The passwords come from those same variables in marun's environment, else from
 `ms_client_password_file` / `ms_server_password_file` (first line, newline stripped); never from
-the command line. Their names hold PASSWORD, so every output of marun masks them.
+the command line. Their names hold PASSWORD, so every output of marun masks them. A password
+file that its group or others may read is a plan note and a logged warning
+(`password_file_readable_by_others`), not a refusal: Kubernetes mounts a secret 0644 unless told
+otherwise.
 
 A certificate within the warning window is a plan note and a logged warning
 (`certificate_expires_soon`). Expiry is read with the `openssl` command (bounded by a timeout);
@@ -71,10 +74,13 @@ def _check_readable(setting: str, value: str, path: str) -> None:
         raise bad_value(setting, value, f"a file marun can read ({exc.strerror})") from None
 
 
-def _password(platform: Platform, var: str, setting: str, file: str | None) -> str:
+def _password(
+    platform: Platform, var: str, setting: str, file: str | None
+) -> tuple[str, str | None]:
+    """The password, and a note when the file it came from is open to other users."""
     value = platform.env.get(var)
     if value is not None:
-        return value
+        return value, None
     if not file:
         raise InputError(
             f"ms_ssl: no {var.split('_MS_')[1].lower().replace('_', ' ')}: expected {var} in "
@@ -87,7 +93,28 @@ def _password(platform: Platform, var: str, setting: str, file: str | None) -> s
             first = fh.readline()
     except UnicodeDecodeError:
         raise bad_value(setting, file, "a UTF-8 text file holding the password") from None
-    return first.rstrip("\r\n")
+    return first.rstrip("\r\n"), _open_to_others(setting, path)
+
+
+def _open_to_others(setting: str, path: str) -> str | None:
+    """A note when others than the owner may read the password file. Not a refusal, as ssh's
+    is for a private key: Kubernetes mounts a secret 0644 unless its defaultMode says otherwise,
+    and in a container the other users are usually nobody; but the user should know."""
+    import stat
+
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    if not mode & 0o044:
+        return None
+    who = {0o044: "group and others", 0o004: "others", 0o040: "its group"}[mode & 0o044]
+    from marun.log import get_logger  # lazy: only when there is something to say
+
+    # A run shows no plan notes: the warning must reach the job's log as well.
+    get_logger().warning("password_file_readable_by_others", setting=setting, path=path,
+                         mode=f"{mode:04o}")  # fmt: skip
+    return (
+        f"ms_ssl: {setting} {path} is readable by {who} (mode {mode:04o}): a password file "
+        "should be 0600 or 0400 (Kubernetes: the secret's defaultMode: 0400)"
+    )
 
 
 def _not_after(argv: list[str], stdin: bytes | None, env: Mapping[str, str]) -> float | None:
@@ -191,12 +218,13 @@ def plan_tls(platform: Platform, now: float | None = None) -> Tls | None:
     client = _path(platform, "ms_client_cert", s.ms_client_cert)
     ca = _path(platform, "ms_ca_cert", s.ms_ca_cert)
     crl = _path(platform, "ms_crl", s.ms_crl) if s.ms_crl else ""
-    client_pw = _password(
+    client_pw, client_note = _password(
         platform, CLIENT_PASSWORD_VAR, "ms_client_password_file", s.ms_client_password_file
     )
-    server_pw = _password(
+    server_pw, server_note = _password(
         platform, SERVER_PASSWORD_VAR, "ms_server_password_file", s.ms_server_password_file
     )
+    open_files = tuple(note for note in (client_note, server_note) if note)
 
     notes: tuple[str, ...]
     openssl = shutil.which("openssl")
@@ -230,7 +258,7 @@ def plan_tls(platform: Platform, now: float | None = None) -> Tls | None:
     path = config_path(platform)
     spec = FileSpec(path=path, content=json.dumps(config, indent=2) + "\n", mode=0o600)
     env = {CONFIG_VAR: path, CLIENT_PASSWORD_VAR: client_pw, SERVER_PASSWORD_VAR: server_pw}
-    return Tls(file=spec, env=env, notes=notes)
+    return Tls(file=spec, env=env, notes=open_files + notes)
 
 
 def with_tls(node: NodePlan, tls: Tls | None) -> NodePlan:
