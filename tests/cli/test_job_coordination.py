@@ -13,7 +13,7 @@ import pytest
 
 from marun.job.coordinator import LOST_EXIT, Coordinator
 from marun.job.member import Member
-from marun.job.protocol import ProtocolError, decode, encode
+from marun.job.protocol import ProtocolError, decode, encode, fresh, new_nonce
 from marun.plan.coordination import Coordination
 from marun.runtime.joblink import JobEvent
 
@@ -102,6 +102,71 @@ def test_messages_are_signed_and_of_this_job() -> None:
         decode(SECRET, "job-b", line)
     with pytest.raises(ProtocolError):
         decode(SECRET, "job-a", b'{"type": "stop"}')
+
+
+def test_a_line_must_answer_this_connection_and_come_after_the_last() -> None:
+    ours = new_nonce()
+    assert fresh({"peer": ours, "seq": 0}, ours, -1) == 0
+    for body, why in (
+        ({"peer": new_nonce(), "seq": 5}, "not of this connection"),
+        ({"seq": 5}, "not of this connection"),
+        ({"peer": ours, "seq": 3}, "not after 3"),
+        ({"peer": ours, "seq": True}, "sequence number True"),
+        ({"peer": ours}, "sequence number None"),
+    ):
+        with pytest.raises(ProtocolError, match=why):
+            fresh(body, ours, 3)
+
+
+class Recorder:
+    """A member of node 2 speaking the protocol by hand: what an eavesdropper on its
+    connection would have recorded."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        first = self.sock.recv(1 << 16).split(b"\n")[0]
+        challenge = decode(SECRET, "job-a", first)
+        assert challenge["type"] == "challenge"
+        self.peer = str(challenge["nonce"])
+        self.mine = new_nonce()
+        self.seq = 0
+
+    def line(self, kind: str, **fields: object) -> bytes:
+        body = {"job": "job-a", "node": 2, "slot": 0, "type": kind, "peer": self.peer}
+        body.update(fields, seq=self.seq)
+        self.seq += 1
+        return encode(SECRET, body)
+
+
+def test_recorded_lines_do_not_work_again(port: int, members: list[Member]) -> None:
+    """Lines signed with the job's secret and recorded off one connection (node 2's hello and
+    a failure) are refused on another, and a line repeated on its own connection is refused:
+    the job never stops."""
+    start_members(port, members, [0, 1], peer_timeout=60.0)  # node 2 may go quiet here
+    coordinator = members[0].coordinator
+    assert coordinator is not None
+    first = Recorder(port)
+    hello = first.line("hello", host="h2", nonce=first.mine)
+    failure = first.line("failure", failure={"exit_code": 9, "why": "replayed"})
+    first.sock.sendall(hello)  # node 2 arrives for real: every node starts
+    for m in members:
+        events(m, "start")
+    first.sock.close()
+    before = coordinator.refused
+    second = Recorder(port)
+    second.sock.sendall(hello + failure)  # replayed into another connection
+    time.sleep(0.5)
+    assert coordinator.refused == before + 1  # the hello, and the connection dropped
+    second.sock.close()
+    third = Recorder(port)
+    again = third.line("hello", host="h2", nonce=third.mine)
+    third.sock.sendall(again + again)  # the same line twice on its own connection
+    time.sleep(0.5)
+    assert coordinator.refused == before + 2
+    third.sock.close()
+    time.sleep(0.5)
+    assert coordinator.stopped is None
+    assert all(e.kind != "stop" for m in members for e in m.poll())
 
 
 def test_start_only_when_every_node_arrived(port: int, members: list[Member]) -> None:

@@ -19,7 +19,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from marun.job.protocol import LineBuffer, ProtocolError, decode, encode
+from marun.job.protocol import (
+    LineBuffer,
+    ProtocolError,
+    decode,
+    encode,
+    fresh,
+    is_nonce,
+    new_nonce,
+)
 from marun.plan.coordination import Coordination
 
 HEARTBEAT = 1.0  # seconds between heartbeats, both ways
@@ -35,6 +43,10 @@ class _Conn:
     address: str
     buf: LineBuffer = field(default_factory=LineBuffer)
     member: tuple[int, int] | None = None
+    nonce: str = field(default_factory=new_nonce)  # ours: every line in must name it
+    peer_nonce: str | None = None  # the member's, from its hello: every line out names it
+    seq_in: int = -1
+    seq_out: int = 0
 
 
 @dataclass
@@ -144,6 +156,7 @@ class Coordinator:
             return
         self._conns.add(conn)
         self._sel.register(sock, selectors.EVENT_READ, conn)
+        self._send_conn(conn, "challenge", nonce=conn.nonce)
 
     def _read(self, conn: _Conn) -> None:
         try:
@@ -164,6 +177,11 @@ class Coordinator:
         for line in lines:
             try:
                 body = decode(self._secret, self.coord.job, line)
+                conn.seq_in = fresh(body, conn.nonce, conn.seq_in)
+                if body["type"] == "hello":
+                    if not is_nonce(body.get("nonce")):
+                        raise ProtocolError("hello without a nonce")
+                    conn.peer_nonce = str(body["nonce"])
             except ProtocolError as exc:
                 self._refuse(conn, str(exc))
                 self._drop(conn)
@@ -383,21 +401,23 @@ class Coordinator:
     # -- sending ----------------------------------------------------------------------------
 
     def _send(self, member: MemberState, kind: str, **fields: Any) -> None:
-        if member.conn is None:
-            return
-        line = encode(
-            self._secret,
-            {"job": self.coord.job, "node": self.coord.leader, "slot": 0, "type": kind, **fields},
-        )
+        if member.conn is not None:
+            self._send_conn(member.conn, kind, **fields)
+
+    def _send_conn(self, conn: _Conn, kind: str, **fields: Any) -> None:
+        body = {"job": self.coord.job, "node": self.coord.leader, "slot": 0, "type": kind}
+        body.update(fields, peer=conn.peer_nonce, seq=conn.seq_out)
+        conn.seq_out += 1
+        line = encode(self._secret, body)
         try:
-            member.conn.sock.setblocking(True)
-            member.conn.sock.settimeout(2.0)
-            member.conn.sock.sendall(line)
+            conn.sock.setblocking(True)
+            conn.sock.settimeout(2.0)
+            conn.sock.sendall(line)
         except OSError:
-            self._drop(member.conn)
+            self._drop(conn)
         else:
             with contextlib.suppress(OSError):
-                member.conn.sock.setblocking(False)
+                conn.sock.setblocking(False)
 
     def _broadcast(self, kind: str, **fields: Any) -> None:
         for member in list(self.members.values()):

@@ -14,7 +14,15 @@ import time
 from typing import Any
 
 from marun.job.coordinator import HEARTBEAT, LOST_EXIT, Coordinator
-from marun.job.protocol import LineBuffer, ProtocolError, decode, encode
+from marun.job.protocol import (
+    LineBuffer,
+    ProtocolError,
+    decode,
+    encode,
+    fresh,
+    is_nonce,
+    new_nonce,
+)
 from marun.plan.coordination import Coordination
 from marun.runtime.joblink import JobEvent
 
@@ -45,6 +53,11 @@ class Member:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._sock: socket.socket | None = None
+        self._buf = LineBuffer()  # what came after the challenge on the current connection
+        self._mine = ""  # this connection's nonces (protocol.py: replay) and sequence numbers
+        self._peer = ""
+        self._seq_in = -1
+        self._seq_out = 0
         self._send_lock = threading.Lock()
         self._sock_lock = threading.Lock()
         self._started = threading.Event()
@@ -146,7 +159,7 @@ class Member:
                     )
                     return
                 if self._connect():
-                    buf = LineBuffer()
+                    buf = self._buf
                     last_heard = time.monotonic()
                 else:
                     time.sleep(_RETRY)
@@ -185,6 +198,7 @@ class Member:
             for line in lines:
                 try:
                     body = decode(self._secret, self.coord.job, line)
+                    self._seq_in = fresh(body, self._mine, self._seq_in)
                 except ProtocolError as exc:
                     self._log("job_message_refused", "warning", source="leader", reason=str(exc))
                     continue
@@ -199,13 +213,44 @@ class Member:
             self._last_error = exc.strerror or str(exc)
             return False
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._sock = sock
+        try:
+            peer, self._seq_in = self._challenge(sock)
+        except (OSError, ProtocolError) as exc:
+            self._last_error = f"no challenge from node {self.coord.leader}'s marun: {exc}"
+            with contextlib.suppress(OSError):
+                sock.close()
+            return False
+        with self._send_lock:
+            self._peer, self._mine, self._seq_out = peer, new_nonce(), 0
+            self._sock = sock
         self._send(
             "hello",
             host=self._host,
             daemons_only=self._daemons_only,
+            nonce=self._mine,
         )
         return self._sock is not None
+
+    def _challenge(self, sock: socket.socket) -> tuple[str, int]:
+        """Node 0's first line on a connection: its nonce and sequence number (within the
+        connection's 2 s time-out)."""
+        self._buf = LineBuffer()
+        while True:
+            data = sock.recv(1 << 16)
+            if not data:
+                raise ProtocolError("connection closed")
+            lines = self._buf.feed(data)
+            if lines:
+                break
+        body = decode(self._secret, self.coord.job, lines[0])
+        seq = body.get("seq")
+        if body["type"] != "challenge" or not is_nonce(body.get("nonce")):
+            raise ProtocolError(f"{body['type']} instead of a challenge")
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            raise ProtocolError("a challenge without a sequence number")
+        if len(lines) > 1:
+            raise ProtocolError("more than a challenge before our hello")
+        return str(body["nonce"]), seq
 
     def _disconnect(self) -> None:
         with self._sock_lock:
@@ -258,20 +303,15 @@ class Member:
             os.write(self._wake_w, b"!")
 
     def _send(self, kind: str, **fields: Any) -> None:
-        line = encode(
-            self._secret,
-            {
-                "job": self.coord.job,
-                "node": self.coord.index,
-                "slot": self.coord.slot,
-                "type": kind,
-                **fields,
-            },
-        )
+        body = {"job": self.coord.job, "node": self.coord.index, "slot": self.coord.slot}
+        body.update(fields, type=kind)
         with self._send_lock:
             sock = self._sock
             if sock is None:
                 return
+            body.update(peer=self._peer, seq=self._seq_out)
+            self._seq_out += 1
+            line = encode(self._secret, body)
             try:
                 sock.sendall(line)
             except OSError:

@@ -4,6 +4,13 @@ Each line is `{"body": "<JSON text>", "mac": "<hex>"}`: the body carries `job` (
 `node`, `slot`, `type` and the message's fields; `mac` is HMAC-SHA256 of the body's text with the
 job's secret (an empty key when the job has none). A line that does not parse, whose MAC does not
 match or whose job id is another's is refused (ProtocolError) and never acted upon.
+
+Replay: a signed line recorded off the network must not work a second time. Each connection
+begins with node 0 sending a `challenge` carrying a fresh random `nonce`; the member's `hello`
+carries a nonce of its own. From then on every line carries `peer` (the other side's nonce for
+this connection) and `seq` (one more than the sender's last on this connection), and `fresh`
+refuses a line that does not: a line replayed into another connection names the wrong nonce, and
+one replayed into the same connection repeats a sequence number.
 """
 
 from __future__ import annotations
@@ -66,6 +73,29 @@ def decode(secret: bytes, job: str, line: bytes) -> dict[str, Any]:
     if not isinstance(body.get("node"), int) or not isinstance(body.get("slot"), int):
         raise ProtocolError("no node index")
     return body
+
+
+NONCE_BYTES = 16
+
+
+def new_nonce() -> str:
+    return os.urandom(NONCE_BYTES).hex()
+
+
+def is_nonce(value: object) -> bool:
+    return isinstance(value, str) and len(value) == 2 * NONCE_BYTES
+
+
+def fresh(body: Mapping[str, Any], nonce: str, last_seq: int) -> int:
+    """The line's sequence number when it answers `nonce` (this side's, for this connection) and
+    comes after `last_seq`; ProtocolError otherwise."""
+    peer = body.get("peer")
+    if not isinstance(peer, str) or not hmac.compare_digest(peer, nonce):
+        raise ProtocolError("not of this connection (a replayed line, or an older marun)")
+    seq = body.get("seq")
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq <= last_seq:
+        raise ProtocolError(f"sequence number {seq!r} not after {last_seq} (a replayed line)")
+    return seq
 
 
 class LineBuffer:
