@@ -319,6 +319,36 @@ def test_a_host_that_never_starts(
     job.assert_nothing_left()
 
 
+# print() with several arguments under PYTHONUNBUFFERED=1 is several writes: Open MPI tags each.
+IN_PIECES = """\
+import sys
+from mpi4py import MPI
+rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+for step in range(3):
+    print("rank", rank, "of", size, "step", step, "printed", "in", "pieces")
+    print("rank", rank, "to stderr", "in", "pieces", file=sys.stderr)
+"""
+
+
+def test_lines_printed_in_pieces_come_out_whole(
+    make_cluster: MakeCluster, mpi_python: Path, tmp_path: Path
+) -> None:
+    cluster = make_cluster(2)
+    job = MpiJob(cluster, volcano_ssh_secret(tmp_path / "ssh", 0o600), mpi_python)
+    job.start(_script(tmp_path, "pieces.py", IN_PIECES), hosts=range(2))
+    codes = job.finish()
+    assert codes == {0: 0, 1: 0}, job.report()
+    out = job.nodes[0].output
+    size = 2 * GPUS
+    for rank in range(size):
+        for step in range(3):
+            line = f"[1,{rank}]<stdout>:rank {rank} of {size} step {step} printed in pieces\n"
+            assert line in out, job.report()
+        assert out.count(f"[1,{rank}]<stderr>:rank {rank} to stderr in pieces\n") == 3
+    # No tag in the middle of a line: each line is one rank's, whole.
+    assert not re.search(r"\S\[1,\d+\]<std", out), job.report()
+
+
 def test_a_rank_exits_3(make_cluster: MakeCluster, mpi_python: Path, tmp_path: Path) -> None:
     cluster = make_cluster(3)
     job = MpiJob(cluster, volcano_ssh_secret(tmp_path / "ssh", 0o600), mpi_python)

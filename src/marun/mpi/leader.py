@@ -12,8 +12,9 @@ follower how the job ended.
    `--ssh-option`s), all in parallel, within `--formation-timeout`.
 3. Rewrites the hostfile with the addresses (`<addr> slots=<n>`), so Open MPI never waits on
    DNS, and runs mpirun as its child, in its own process group: a signal the supervisor relays to
-   the group reaches mpirun too, which stops the ranks on every node. mpirun's stderr passes
-   through unchanged; its report of the first failing rank is picked out of it.
+   the group reaches mpirun too, which stops the ranks on every node. mpirun's output passes
+   through in whole lines per rank (Open MPI tags each read of a rank's output, not each line);
+   its report of the first failing rank is picked out of its stderr.
 4. Tells every follower node the job's status over ssh (`python -m marun.mpi.follower notify`),
    each node's own follower then exits with it, and exits with that status itself: mpirun's
    (a rank's exit code comes back through it), 128+N when signal N stopped the job, 1 when the
@@ -31,7 +32,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from marun._files import atomic_write, write_all
 from marun.errors import MarunError, bad_value
@@ -119,32 +120,56 @@ class FailureScanner:
 
 
 def run_mpirun(argv: Sequence[str]) -> tuple[int, str | None]:
-    """Run mpirun to its end: (its status as a shell reports it, the first failing rank)."""
+    """Run mpirun to its end: (its status as a shell reports it, the first failing rank).
+
+    Both of mpirun's outputs pass through here, put back into whole lines per rank
+    (marun.mpi.tagged_output: Open MPI tags each read, not each line); its stderr is also read
+    for its report of the first failing rank."""
+    from marun.mpi.tagged_output import TaggedLines
+
     scanner = FailureScanner()
     try:
-        proc = subprocess.Popen(list(argv), stderr=subprocess.PIPE)
+        proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except OSError as exc:
         say(f"cannot start {argv[0]!r}: {exc.strerror}")
         return 127, None
-    assert proc.stderr is not None
-    source = proc.stderr.fileno()
+    assert proc.stdout is not None and proc.stderr is not None
 
-    def copy() -> None:
+    def to(fd: int, also: Callable[[bytes], None] | None = None) -> Callable[[bytes], None]:
+        def write(data: bytes) -> None:
+            with contextlib.suppress(OSError):
+                write_all(fd, data)
+            if also is not None:
+                also(data)
+
+        return write
+
+    def copy(source: int, lines: TaggedLines) -> None:
         while True:
             try:
                 data = os.read(source, 65536)
             except OSError:
-                return
+                break
             if not data:
-                return
-            with contextlib.suppress(OSError):
-                write_all(2, data)
-            scanner.feed(data)
+                break
+            lines.feed(data)
+        lines.close()
 
-    reader = threading.Thread(target=copy, name="marun-mpirun-stderr", daemon=True)
-    reader.start()
+    readers = [
+        threading.Thread(
+            target=copy, args=(proc.stdout.fileno(), TaggedLines(to(1))), daemon=True,
+            name="marun-mpirun-stdout",
+        ),
+        threading.Thread(
+            target=copy, args=(proc.stderr.fileno(), TaggedLines(to(2, scanner.feed))),
+            daemon=True, name="marun-mpirun-stderr",
+        ),
+    ]  # fmt: skip
+    for reader in readers:
+        reader.start()
     code = proc.wait()
-    reader.join(DRAIN_WAIT)
+    for reader in readers:
+        reader.join(DRAIN_WAIT)
     return (exit_code_for(-code) if code < 0 else code), scanner.first
 
 
