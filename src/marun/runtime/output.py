@@ -7,7 +7,8 @@ another one's disk. The threads share only two things, each safe to share: marun
 (`Console`), written under a lock one whole-line block at a time, so lines of different ranks
 interleave at line boundaries and never inside a line; and a process's tail (a bounded deque,
 whose appends are atomic), read by the supervisor for the failure report. Everything else a pump
-touches is its own: its pipe, its `OutputStream`, and its process's log file (opened O_APPEND).
+touches is its own: its pipe, its `OutputStream`, and its process's log file (O_APPEND: the
+hang watchdog's stack dumps, written by the main thread, land between two of its writes).
 A line longer than `MAX_LINE` (a progress bar redrawn with `\\r` for hours) is cut there so
 memory stays bounded; the log file always receives the bytes exactly as written.
 
@@ -18,6 +19,7 @@ process not shown); only the last `TAIL_LINES` lines of a block are split off fo
 
 from __future__ import annotations
 
+import _thread
 import os
 import select
 import signal
@@ -200,14 +202,15 @@ class Pump:
         self._fd = fd
         self._stream = stream
         self._on_data = on_data
-        self.done = threading.Event()
+        self.done = threading.Event()  # set as the thread's last act: its fds are closed
         self.moved = 0  # bytes taken from the pipe so far (read by the main thread)
-        self._thread = threading.Thread(target=self._run, name=f"marun-relay-{fd}", daemon=True)
-        self._thread.start()
+        # A bare thread (daemon, as all `_thread` threads are): threading.Thread.start() would
+        # wait until the new thread has run, which costs the start of the next process a
+        # scheduling delay (milliseconds on a busy node), once per process.
+        _thread.start_new_thread(self._run, ())
 
     def join(self, timeout: float | None) -> bool:
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+        return self.done.wait(timeout)
 
     def _run(self) -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, _MAIN_THREAD_SIGNALS)
