@@ -276,8 +276,11 @@ class Relay:
         nobody reads): the pumps are left, and the log files they write must stay open."""
         import time
 
-        self.closing = True
-        os.write(self._closing_w, b"x")
+        if self.closed:
+            return True
+        if not self.closing:
+            self.closing = True
+            os.write(self._closing_w, b"x")
         moved, since = -1, 0.0
         for pump in self._pumps:
             while not pump.join(0.1):
