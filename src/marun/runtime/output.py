@@ -2,8 +2,8 @@
 prefixed `[<node>:<rank or name>] `.
 
 Every pipe has its own pump thread (`Relay`), so reading, logging and showing use every core:
-the system calls (read, write, writev) run without the GIL, and a chatty rank never waits for
-another one's disk. The threads share only two things, each safe to share: marun's stdout
+the system calls (read, write, writev) run without the GIL, and no rank's log waits for another
+rank's. The threads share only two things, each safe to share: marun's stdout
 (`Console`), written under a lock one whole-line block at a time, so lines of different ranks
 interleave at line boundaries and never inside a line; and a process's tail (a bounded deque,
 whose appends are atomic), read by the supervisor for the failure report. Everything else a pump
