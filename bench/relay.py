@@ -5,14 +5,19 @@ marun's stdout prefixed `[0:<rank>] `, stdout going to a file) against the same 
 started here with their stdout on files directly. Every line is counted on every channel (log
 files and console, intact: exactly the bytes written, with the prefix on the console), and each
 writer times each of its writes: the longest is how long the relay kept it blocked on its pipe.
+Each run starts with no file of the one before and nothing left to write back (os.sync).
 
-    python bench/relay.py [--small] [--runs 3] [--mb 50] [--ranks 4]
+`--before SRC` also runs another checkout's marun (its src/ directory), interleaved with this
+one's in the same runs, and prints its rows too: a before/after on the same load.
+
+    python bench/relay.py [--small] [--runs 3] [--mb 50] [--ranks 4] [--before /tmp/old/src]
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -63,12 +68,14 @@ def _check(path: Path, rank: int, lines: int, prefix: bytes = b"") -> None:
         raise SystemExit(f"{path}: {data.count(expected)} intact lines of rank {rank}, not {lines}")
 
 
-def run(small: bool, runs: int, mb: float | None = None, ranks: int = 4) -> list[Row]:
+def run(
+    small: bool, runs: int, mb: float | None = None, ranks: int = 4, before: str | None = None
+) -> list[Row]:
     size = int((mb if mb is not None else (2 if small else 50)) * 1_000_000)
     size -= size % 64_000
     lines = size // LINE
     env = bench_env()
-    worst: list[float] = []
+    worst: dict[str, list[float]] = {"now": [], "before": []}
     with tempfile.TemporaryDirectory(prefix="marun-relay-") as tmp:
         root = Path(tmp)
         writer = root / "writer.py"
@@ -76,7 +83,18 @@ def run(small: bool, runs: int, mb: float | None = None, ranks: int = 4) -> list
         stats = root / "stats"
         stats.mkdir()
 
+        def fresh() -> None:
+            """Every run starts as in a new container: no file of an earlier run to truncate
+            (ext4 writes a truncated file back when it is closed: marun closes its logs before
+            it exits, the raw baseline after its timer), no earlier run's data being written
+            back to the disk meanwhile."""
+            for old in [*root.glob("raw*.log"), root / "console.out"]:
+                old.unlink(missing_ok=True)
+            shutil.rmtree(root / "logs", ignore_errors=True)
+            os.sync()
+
         def raw() -> tuple[float]:
+            fresh()
             flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
             out = [os.open(root / f"raw{r}.log", flags, 0o600) for r in range(ranks)]
             start = time.perf_counter()
@@ -94,7 +112,7 @@ def run(small: bool, runs: int, mb: float | None = None, ranks: int = 4) -> list
                 _check(root / f"raw{r}.log", r, lines)
             return (seconds,)
 
-        def relayed(console_ranks: str) -> tuple[float]:
+        def relayed(console_ranks: str, which: str = "now") -> tuple[float]:
             logs = root / "logs"
             console = root / "console.out"
             argv = [
@@ -102,37 +120,47 @@ def run(small: bool, runs: int, mb: float | None = None, ranks: int = 4) -> list
                 "--log-dir", str(logs), "--console-ranks", console_ranks, "--",
                 str(writer), str(size), str(stats), "--init_method", "tcp://127.0.0.1:29500",
             ]  # fmt: skip
+            fresh()
+            run_env = env if which == "now" else {**env, "PYTHONPATH": str(before)}
             with open(console, "wb") as fh:
-                seconds, _ = timed(argv, env, root, stdout=fh.fileno())
+                seconds, _ = timed(argv, run_env, root, stdout=fh.fileno())
             shown = range(ranks) if console_ranks == "all" else [int(console_ranks)]
             for r in range(ranks):
                 _check(logs / f"rank_{r}.log", r, lines)
                 if r in shown:
                     _check(console, r, lines, prefix=f"[0:{r}] ".encode())
-                worst.append(json.loads((stats / str(r)).read_text())["worst_write"])
+                worst[which].append(json.loads((stats / str(r)).read_text())["worst_write"])
             return (seconds,)
 
-        (base,), (shown_all,), (shown_one,) = interleaved(
-            [raw, lambda: relayed("all"), lambda: relayed("0")], runs
-        )
+        cases = [raw, lambda: relayed("all"), lambda: relayed("0")]
+        if before:
+            cases += [lambda: relayed("all", "before"), lambda: relayed("0", "before")]
+        (base,), *figures = interleaved(cases, runs)
     what = f"{ranks} ranks x {size / 1e6:.0f} MB of {LINE}-byte lines"
-    blocked = max(worst)
-    return [
-        Row("relay", f"{what}, all shown", ms(shown_all), ms(base), f"{base / shown_all:.2f}x raw",
-            ">= 0.5x raw", base / shown_all >= 0.5),
-        Row("relay", f"{what}, --console-ranks 0", ms(shown_one), ms(base),
-            f"{base / shown_one:.2f}x raw", ">= 0.5x raw", base / shown_one >= 0.5),
-        Row("relay", "longest write blocked on the pipe", ms(blocked), "-", "-", "<= 100 ms",
-            blocked <= 0.1),
-    ]  # fmt: skip
+    rows: list[Row] = []
+    for which, label in (("now", ""), ("before", "before: ")):
+        if not worst[which]:
+            continue
+        (shown_all,), (shown_one,) = figures[:2] if which == "now" else figures[2:]
+        blocked = max(worst[which])
+        rows += [
+            Row("relay", f"{label}{what}, all shown", ms(shown_all), ms(base),
+                f"{base / shown_all:.2f}x raw", ">= 0.5x raw", base / shown_all >= 0.5),
+            Row("relay", f"{label}{what}, --console-ranks 0", ms(shown_one), ms(base),
+                f"{base / shown_one:.2f}x raw", ">= 0.5x raw", base / shown_one >= 0.5),
+            Row("relay", f"{label}longest write blocked on the pipe", ms(blocked), "-", "-",
+                "<= 100 ms", blocked <= 0.1),
+        ]  # fmt: skip
+    return rows
 
 
 def main() -> None:
     parser = standard_args(__doc__, 3)
     parser.add_argument("--mb", type=float, default=None, help="MB per rank (default 50)")
     parser.add_argument("--ranks", type=int, default=4)
+    parser.add_argument("--before", help="another checkout's src/, run interleaved with this one")
     args = parser.parse_args()
-    rows = run(args.small, args.runs, args.mb, args.ranks)
+    rows = run(args.small, args.runs, args.mb, args.ranks, args.before)
     print(f"medians of {args.runs} runs, {load_note()}; every line counted on every channel")
     print_rows(rows)
 

@@ -30,7 +30,21 @@ def main(argv: list[str] | None = None) -> None:
                 from marun.runtime.signals import exit_code_for
 
                 sys.exit(exit_code_for(signal.SIGINT))
-            sys.exit(code)
+            _exit_at_once(code)
     from marun.cli import main as typer_main
 
     typer_main(args)
+
+
+def _exit_at_once(code: int) -> None:
+    """The job is over: every process reaped, result.json and the logs written and closed, the
+    job's link closed. What is left of marun is its interpreter, whose teardown (freeing every
+    module and object) adds about 20 ms to the end of every job for nothing: flush what Python
+    buffers, then leave."""
+    import contextlib
+    import os
+
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a reader gone: nothing can reach it
+            stream.flush()
+    os._exit(code)

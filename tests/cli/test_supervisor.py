@@ -12,9 +12,11 @@ wall-clock time.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import re
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -386,6 +388,43 @@ def test_a_silent_rank_does_not_hold_the_others_back(tmp_path: Path) -> None:
         assert marun.wait(timeout=30) == 0
     finally:
         marun.kill()
+
+
+def test_a_pipe_held_open_elsewhere_loses_nothing_and_holds_nothing(tmp_path: Path) -> None:
+    """Rank 0 hands its stdout to a process marun does not know (this test, which keeps it open
+    to the end), writes three times what its pipe holds and exits at once: marun ends all the
+    same (it takes what is in the pipe, never waits for its end), with every line of the rank
+    in the log and on the console."""
+    lines = 30000
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(tmp_path / "lend.sock"))
+    server.listen(1)
+    held: list[int] = []
+
+    def accept() -> None:
+        conn, _ = server.accept()
+        with conn:
+            held.extend(socket.recv_fds(conn, 1, 1)[1])
+
+    taker = threading.Thread(target=accept, daemon=True)
+    taker.start()
+    try:
+        res = run_marun(
+            pytorch_args(1, [f"0=lend:{lines}"], "--supervise"),
+            env=worker_env(tmp_path),
+            cwd=tmp_path,
+        )
+        taker.join(timeout=30)
+        assert held, "the rank did not hand its stdout over"
+    finally:
+        for fd in held:
+            os.close(fd)
+        server.close()
+    assert res.returncode == 0, res.stderr[-2000:]
+    expected = [f"0:{i}:" + "y" * 90 for i in range(lines)] + ["0 done"]
+    assert res.stdout.splitlines() == [f"[0:0] {line}" for line in expected]
+    log = (tmp_path / "marun_logs" / "rank_0.log").read_text()
+    assert log == "\n".join(expected)
 
 
 def test_a_last_line_without_newline_is_shown_and_logged(tmp_path: Path) -> None:

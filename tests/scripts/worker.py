@@ -126,6 +126,17 @@ def act(action, arg):
             head = f"{ME}:{i}:"
             out.write(head + ME[0] * (width - len(head)) + "\n")
         out.flush()
+    elif action == "lend":  # hands its stdout to whoever listens on lend.sock, writes ARG lines
+        import socket
+
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(path("lend.sock"))
+            socket.send_fds(sock, [b"1"], [1])
+        out = sys.stdout
+        for i in range(int(arg)):
+            out.write(f"{ME}:{i}:" + "y" * 90 + "\n")
+        out.write(f"{ME} done")  # and exits at once, what it wrote still in the pipe
+        out.flush()
     elif action == "partial":  # a last line without its newline
         sys.stdout.write("first line\nno newline at the end")
         sys.stdout.flush()

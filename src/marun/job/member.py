@@ -88,6 +88,7 @@ class Member:
                 return events
 
     def activity(self) -> None:
+        # From the relay's pump threads: one assignment of a float, atomic under the GIL.
         self._last_activity = time.monotonic()
 
     def report_failure(self, failure: dict[str, Any]) -> None:

@@ -25,7 +25,9 @@ class JobLink(Protocol):
 
     def poll(self) -> list[JobEvent]: ...
 
-    def activity(self) -> None: ...
+    def activity(self) -> None:
+        """A rank wrote something. Called from the relay's pump threads (one per pipe), each
+        block they move: it must be cheap and safe from any thread."""
 
     def report_failure(self, failure: dict[str, Any]) -> None: ...
 

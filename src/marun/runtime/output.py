@@ -1,29 +1,44 @@
 """Each process's output: to its log file as it comes, and to marun's stdout as whole lines
 prefixed `[<node>:<rank or name>] `.
 
-One loop in one thread reads every pipe and is the only writer of marun's stdout, writing whole
-lines only; so lines of different ranks interleave at line boundaries and never inside a line.
-A line longer than `MAX_LINE` (a progress bar redrawn with `\\r` for hours) is cut there so memory
-stays bounded; the log file always receives the bytes exactly as written.
+Every pipe has its own pump thread (`Relay`), so reading, logging and showing use every core:
+the system calls (read, write, writev) run without the GIL, and no rank's log waits for another
+rank's. The threads share only two things, each safe to share: marun's stdout
+(`Console`), written under a lock one whole-line block at a time, so lines of different ranks
+interleave at line boundaries and never inside a line; and a process's tail (a bounded deque,
+whose appends are atomic), read by the supervisor for the failure report. Everything else a pump
+touches is its own: its pipe, its `OutputStream`, and its process's log file (O_APPEND: the
+hang watchdog's stack dumps, written by the main thread, land between two of its writes).
+A line longer than `MAX_LINE` (a progress bar redrawn with `\\r` for hours) is cut there so
+memory stays bounded; the log file always receives the bytes exactly as written.
 
 Bytes move in blocks, never line by line in Python: each read goes to the log file as it is; its
-whole lines go to the console in one write, prefixed by one `bytes.replace` (none at all for a
+whole lines go to the console in one `writev`, prefixed by one `bytes.replace` (none at all for a
 process not shown); only the last `TAIL_LINES` lines of a block are split off for the tail.
 """
 
 from __future__ import annotations
 
+import _thread
 import os
+import select
+import signal
+import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Union
 
 from marun._files import private_dir, write_all
 from marun.errors import bad_value
+from marun.runtime.signals import RELAYED
 
 MAX_LINE = 1 << 20
 PIPE_SIZE = 1 << 20
+READ_SIZE = 1 << 18  # per read: the most one block costs in memory and on the console lock
 TAIL_LINES = 20  # kept per process for the failure summary
 _TAIL_WIDTH = 2000  # characters of each kept line
+
+Bytes = Union[bytes, bytearray, memoryview]
 
 
 # -- files and directories marun creates --------------------------------------------------
@@ -47,31 +62,34 @@ def open_log(path: str) -> int:
 
 
 class Console:
-    """marun's stdout. A reader that has gone away (a closed pipe) silences the console for the
-    rest of the run; the log files keep everything."""
+    """marun's stdout, shared by every pump thread: one `write` is one block of whole lines,
+    written entirely before any other block starts. A reader that has gone away (a closed pipe)
+    silences the console for the rest of the run; the log files keep everything."""
 
     def __init__(self, fd: int = 1) -> None:
         self._fd = fd
         self._open = True
+        self._lock = threading.Lock()
 
-    def write_block(self, prefix: bytes, block: bytes) -> None:
-        """Whole lines joined by newlines (the last one's newline left off), each prefixed."""
+    def write(self, parts: Sequence[Bytes]) -> None:
+        """`parts` joined are whole lines, each ending with a newline; writev joins them in the
+        kernel, under the lock (the rest of a short write too)."""
         if not self._open:
             return
-        # One copy (the replace); writev joins the pieces in the kernel.
-        body = block.replace(b"\n", b"\n" + prefix) if prefix else block
-        parts = [prefix, body, b"\n"] if prefix else [body, b"\n"]
-        try:
-            written = os.writev(self._fd, parts)
-            if written < sum(len(p) for p in parts):
-                write_all(self._fd, b"".join(parts)[written:])
-        except OSError:
-            self._open = False
+        with self._lock:
+            if not self._open:
+                return
+            try:
+                written = os.writev(self._fd, parts)
+                if written < sum(len(p) for p in parts):
+                    write_all(self._fd, b"".join(parts)[written:])
+            except OSError:
+                self._open = False
 
 
 class OutputStream:
     """One pipe of one process: every byte to its log file, whole lines to the console (when
-    selected) and to the tail kept for the failure summary."""
+    selected) and to the tail kept for the failure summary. Fed by one thread at a time."""
 
     def __init__(
         self,
@@ -85,7 +103,7 @@ class OutputStream:
         self._console = console
         self._prefix = prefix
         self._tail = tail
-        self._pending = bytearray()
+        self._pending = bytearray()  # the start of a line whose newline has not come yet
         self._on_log_error = on_log_error
         self._log_ok = True
 
@@ -100,38 +118,192 @@ class OutputStream:
                 if self._on_log_error is not None:
                     self._on_log_error(exc)
         end = data.rfind(b"\n")
-        if end < 0:
-            self._pending += data
-        else:
-            # The whole lines of this read (the first one may have begun in an earlier read).
-            if self._pending:
-                self._pending += data[:end]
-                block = bytes(self._pending)
-                self._pending.clear()
-            else:
-                block = data[:end]
-            self._pending += data[end + 1 :]
-            self._emit(block)
+        if end >= 0:
+            # The whole lines of this read, the first one begun in `_pending` (earlier reads).
+            if self._console is not None:
+                self._show(data, end)
+            if self._tail.maxlen != 0:
+                self._keep_tail(data, end)
+            self._pending.clear()
+            data = data[end + 1 :]
+        self._pending += data
         while len(self._pending) >= MAX_LINE:
-            self._emit(bytes(self._pending[:MAX_LINE]))
+            self._emit_line(bytes(self._pending[:MAX_LINE]))
             del self._pending[:MAX_LINE]
 
     def close(self) -> None:
         """At end of output: a last line without its newline is shown too."""
         if self._pending:
-            self._emit(bytes(self._pending))
+            self._emit_line(bytes(self._pending))
             self._pending.clear()
 
-    def _emit(self, block: bytes) -> None:
-        """Whole lines, joined by newlines, to the console and the tail."""
-        if self._console is not None:
-            self._console.write_block(self._prefix, block)
+    def _show(self, data: bytes, end: int) -> None:
+        """`_pending` and data[:end+1] to the console, each line prefixed: the replace runs over
+        the whole read (no slice copied first) and the write stops at its last newline."""
+        assert self._console is not None
+        prefix = self._prefix
+        if prefix:
+            body = data.replace(b"\n", b"\n" + prefix)
+            cut = len(body) - (len(data) - end - 1) - len(prefix)  # just past the last newline
+        else:
+            body, cut = data, end + 1
+        lines = memoryview(body)[:cut]
+        if self._pending:
+            self._console.write(
+                [prefix, self._pending, lines] if prefix else [self._pending, lines]
+            )
+        else:
+            self._console.write([prefix, lines] if prefix else [lines])
+
+    def _keep_tail(self, data: bytes, end: int) -> None:
+        """The last lines of `_pending` + data[:end] into the tail: found from the end, so a
+        block costs the same whatever its size."""
         keep = self._tail.maxlen
-        if keep == 0:
-            return
-        lines = block.rsplit(b"\n", keep) if keep else block.split(b"\n")
-        for line in lines[-keep:] if keep else lines:
+        start = end
+        while keep is None or keep > 0:
+            start = data.rfind(b"\n", 0, start)
+            if start < 0:
+                break
+            keep = None if keep is None else keep - 1
+        if start >= 0:
+            lines = data[start + 1 : end].split(b"\n")
+        else:  # fewer lines than kept: the first one begun in earlier reads
+            lines = (bytes(self._pending) + data[:end]).split(b"\n")
+        for line in lines:
             self._tail.append(line[:_TAIL_WIDTH].decode("utf-8", "replace").rstrip("\r"))
+
+    def _emit_line(self, line: bytes) -> None:
+        """One line (the last one, or a piece of an over-long one) to the console and the tail."""
+        if self._console is not None:
+            self._console.write([self._prefix, line, b"\n"])
+        if self._tail.maxlen != 0:
+            self._tail.append(line[:_TAIL_WIDTH].decode("utf-8", "replace").rstrip("\r"))
+
+
+# -- the pumps --------------------------------------------------------------------------------
+
+# Signals are the main thread's business (marun.runtime.signals): blocked in the pumps, so the
+# kernel delivers them to the main thread, whose wait they end at once.
+_MAIN_THREAD_SIGNALS = {signal.SIGCHLD, *RELAYED}
+
+
+class Pump:
+    """One pipe's thread: reads it as data comes and feeds its OutputStream, until the end of
+    the pipe (every writer gone) or the relay's close."""
+
+    def __init__(
+        self,
+        relay: Relay,
+        fd: int,
+        stream: OutputStream,
+        on_data: Callable[[], None] | None,
+    ) -> None:
+        self._relay = relay
+        self._fd = fd
+        self._stream = stream
+        self._on_data = on_data
+        self.done = threading.Event()  # set as the thread's last act: its fds are closed
+        self.moved = 0  # bytes taken from the pipe so far (read by the main thread)
+        # A bare thread (daemon, as all `_thread` threads are): threading.Thread.start() would
+        # wait until the new thread has run, which costs the start of the next process a
+        # scheduling delay (milliseconds on a busy node), once per process.
+        _thread.start_new_thread(self._run, ())
+
+    def join(self, timeout: float | None) -> bool:
+        return self.done.wait(timeout)
+
+    def _run(self) -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, _MAIN_THREAD_SIGNALS)
+        fd, stream, on_data, relay = self._fd, self._stream, self._on_data, self._relay
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        poller.register(relay.closing_fd, select.POLLIN)
+        left = -1  # once the relay closes: what may still be taken (at most the pipe's content)
+        try:
+            while True:
+                if relay.closing:
+                    if left < 0:
+                        left = pipe_size(fd)
+                    elif left == 0:
+                        break
+                try:
+                    data = os.read(fd, READ_SIZE)
+                except BlockingIOError:
+                    if relay.closing:
+                        break  # the pipe is empty: writers that live on are not waited for
+                    poller.poll()
+                    continue
+                except OSError:
+                    data = b""
+                if not data:
+                    break
+                stream.feed(data)
+                self.moved += len(data)
+                if on_data is not None:
+                    on_data()
+                if left > 0:
+                    left = max(0, left - len(data))
+        finally:
+            stream.close()
+            os.close(fd)
+            self.done.set()
+
+
+class Relay:
+    """Every output pipe of a node, each with its `Pump`. `close()` takes in what is left in
+    every pipe, without waiting for writers that live on (a grandchild holding the pipe), and
+    joins the threads."""
+
+    def __init__(self) -> None:
+        self.closing = False
+        self.closed = False  # every pump joined, the wake-up pipe closed
+        # Readable once closing: wakes every pump at once (none reads it).
+        self.closing_fd, self._closing_w = os.pipe()
+        self._pumps: list[Pump] = []
+
+    def start(
+        self, fd: int, stream: OutputStream, on_data: Callable[[], None] | None = None
+    ) -> Pump:
+        """Pump `fd` (non-blocking, the read end of a process's pipe, now the pump's to close)."""
+        os.set_blocking(fd, False)
+        pump = Pump(self, fd, stream, on_data)
+        self._pumps.append(pump)
+        return pump
+
+    def close(self, patience: float) -> bool:
+        """Drain and join every pump, however long that takes while bytes move (a slow console
+        gets everything); False once none has moved a byte for `patience` seconds (a console
+        nobody reads): the pumps are left, and the log files they write must stay open."""
+        import time
+
+        if self.closed:
+            return True
+        if not self.closing:
+            self.closing = True
+            os.write(self._closing_w, b"x")
+        moved, since = -1, 0.0
+        for pump in self._pumps:
+            while not pump.join(0.1):
+                now = time.monotonic()
+                total = sum(p.moved for p in self._pumps)
+                if total != moved:
+                    moved, since = total, now
+                elif now - since >= patience:
+                    return False
+        self.closed = True
+        os.close(self.closing_fd)
+        os.close(self._closing_w)
+        return True
+
+
+def pipe_size(fd: int) -> int:
+    """How much the pipe can hold (its process may have widened it further, as root)."""
+    import fcntl
+
+    try:
+        return max(PIPE_SIZE, fcntl.fcntl(fd, getattr(fcntl, "F_GETPIPE_SZ", 1032)))
+    except OSError:
+        return PIPE_SIZE
 
 
 def widen_pipe(fd: int) -> None:

@@ -1,13 +1,21 @@
 """Start this node's processes and own them until the end, like an init.
 
-One loop in the main thread does everything, so nothing races: it waits (selectors) on every
-process's output pipe and on the signal pipe, reads what is there, reaps whatever ended
-(`waitpid(-1)`, orphans included), restarts or fails fast, and moves the shutdown on. Each
-planned process is the leader of its own session, so a signal sent to its process group reaches
-what it started too. Everything it is told comes from the plan: `plan.supervision` (grace period,
-restart limits, console selection, where result.json goes) and each process's spec (a process is
-restarted only when its `restart_on_failure` says so); it reads no settings or environment of its
-own.
+The main thread owns the job: one loop waits (selectors) on the signal pipe and the job's link,
+reaps whatever ended (`waitpid(-1)`, orphans included), restarts or fails fast, and moves the
+shutdown on. It alone starts processes (their PR_SET_PDEATHSIG is tied to the thread that forked
+them, which must outlive them), signals them, and touches the records, the phase and the log.
+The output pipes are not in that loop: each has a pump thread (marun.runtime.output.Relay) that
+reads it and writes the process's log, the console and its tail, so that moving bytes takes
+every core while the loop stays free for signals. What a pump shares with the loop is limited to
+values that are safe across threads: the tail deque (appends), `JobLink.activity()` (one
+timestamp), a queue of log-write errors the loop reports, and the `Pump.done` event a failure
+waits on (briefly) so that its tail holds the process's last lines. At the end the loop drains
+the relay (what is in each pipe, without waiting for writers that live on) and joins the pumps
+before the log files close and the result is written. Each planned process is the leader of its
+own session, so a signal sent to its process group reaches what it started too. Everything it is
+told comes from the plan: `plan.supervision` (grace period, restart limits, console selection,
+where result.json goes) and each process's spec (a process is restarted only when its
+`restart_on_failure` says so); it reads no settings or environment of its own.
 
 The exit code, decided by the first cause of the end:
 - every non-daemon process exited 0: 0 (daemons are then stopped; that is still success);
@@ -29,13 +37,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from enum import Enum
 from typing import TYPE_CHECKING
 
 from marun.errors import bad_value
 from marun.plan.launch_plan import LaunchPlan, NodePlan
-from marun.runtime.output import Console, OutputStream, new_tail, open_log, widen_pipe
+from marun.runtime.output import Console, OutputStream, Pump, Relay, new_tail, open_log, widen_pipe
 from marun.runtime.reaper import (
     Ending,
     become_subreaper,
@@ -55,7 +64,8 @@ if TYPE_CHECKING:
 
 _KILL_WAIT = 10.0  # after SIGKILL, how long to wait for the kernel to take processes away
 _TICK = 0.5  # at most this long between checks, so nothing depends on a single wake-up
-_READ_SIZE = 1 << 18  # per pipe and wake-up: a chatty rank cannot starve the others
+_DRAIN_WAIT = 10.0  # at the end, how long the relay may go without moving a byte (stuck)
+_TAIL_WAIT = 1.0  # how long a failure waits for the rest of its process's output (its tail)
 
 
 def _die_with_marun_setup() -> Callable[[], None] | None:
@@ -171,6 +181,10 @@ class Supervisor:
         self._children_left = True
         self._subreaper = False
         self._sel: selectors.BaseSelector = selectors.DefaultSelector()
+        # The output pipes: one pump thread each (marun.runtime.output), none in this loop.
+        self._relay = Relay()
+        self._pumps: dict[int, Pump] = {}  # record index -> the pump of its latest attempt
+        self._log_errors: deque[tuple[str, str, OSError]] = deque()  # from the pumps
         self._daemons_only = all(rec.spec.daemon for rec in self._records)
         # The rest of the job (multi-node plans with a coordination section): nothing starts
         # before every node has arrived; a stop from node 0 ends this node like a failure here.
@@ -199,20 +213,22 @@ class Supervisor:
                             self._on_signals(sigs.drain())
                         elif key.data == "job":
                             self._on_job(self._link.poll() if self._link else [])
-                        else:
-                            self._read(key.fd, key.data)
                     self._reap()
                     self._restart_due()
                     self._advance()
-                self._drain_outputs()
+                    self._report_log_errors()
+                self._drain_outputs()  # with the signals still caught
         finally:
             # Whatever happened above (even a bug), no process marun started outlives it.
             if self._running:
                 self._signal_everything(signal.SIGKILL)
+            drained = self._drain_outputs()
             self._log_early_events()
+            self._report_log_errors()
             self._sel.close()
-            for fd in self._log_fds:
-                os.close(fd)
+            if drained:  # else a pump still holds them, and marun is about to exit
+                for fd in self._log_fds:
+                    os.close(fd)
         return self._finish()
 
     def _start_all(self) -> None:
@@ -275,8 +291,8 @@ class Supervisor:
                 stdout=write_fd,
                 stderr=write_fd,
                 start_new_session=True,
-                # One prctl call between fork and exec: no lock is taken, so threads (the job
-                # link's) cannot deadlock it.
+                # One prctl call between fork and exec: no lock is taken, so threads (the relay's
+                # pumps, the job link's) cannot deadlock it.
                 preexec_fn=_DIE_WITH_MARUN,  # noqa: PLW1509
             )
         except OSError as exc:
@@ -291,7 +307,6 @@ class Supervisor:
             return False
         finally:
             os.close(write_fd)
-        os.set_blocking(read_fd, False)
         shown = self._console_selection.shows(spec.name, spec.role, spec.rank)
         prefix = (
             f"[{self._node.index}:{rec.label}] ".encode() if self._options.prefix_output else b""
@@ -301,11 +316,12 @@ class Supervisor:
             self._console if shown else None,
             prefix,
             rec.tail,
-            on_log_error=functools.partial(self._log_not_written, spec.name, spec.log),
+            on_log_error=functools.partial(self._on_log_error, spec.name, spec.log),
         )
-        self._sel.register(read_fd, selectors.EVENT_READ, stream)
         self._running[popen.pid] = (rec, popen)
         self._groups.add(popen.pid)
+        on_data = self._link.activity if self._link is not None else None
+        self._pumps[index] = self._relay.start(read_fd, stream, on_data)
         rec.pids.append(popen.pid)
         rec.started = rec.started or now
         rec.ended = None
@@ -325,39 +341,24 @@ class Supervisor:
 
     # -- output -----------------------------------------------------------------------------
 
-    def _read(self, fd: int, stream: OutputStream) -> None:
-        try:
-            data = os.read(fd, _READ_SIZE)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if data:
-            stream.feed(data)
-            if self._link is not None:
-                self._link.activity()
-            return
-        stream.close()
-        self._sel.unregister(fd)
-        os.close(fd)
+    def _drain_outputs(self) -> bool:
+        """Take in what is left in every pipe, without waiting for writers that live on; False
+        when the pumps are stuck (`_DRAIN_WAIT` without a byte moved: a console nobody reads)."""
+        if self._relay.closing:
+            return self._relay.closed  # drained already (or tried to)
+        if self._relay.close(_DRAIN_WAIT):
+            return True
+        self._emit("output_not_drained", "warning", stuck_seconds=_DRAIN_WAIT)
+        return False
 
-    def _drain_outputs(self) -> None:
-        """Take in what is left in every pipe, without waiting for writers that live on."""
-        for key in list(self._sel.get_map().values()):
-            if not isinstance(key.data, OutputStream):
-                continue  # the signal pipe, the job's link
-            stream: OutputStream = key.data
-            while True:
-                try:
-                    data = os.read(key.fd, _READ_SIZE)
-                except OSError:
-                    data = b""
-                if not data:
-                    break
-                stream.feed(data)
-            stream.close()
-            self._sel.unregister(key.fd)
-            os.close(key.fd)
+    def _on_log_error(self, name: str, log: str, exc: OSError) -> None:
+        """From a pump thread: the main loop says it (the log and its early list are its own)."""
+        self._log_errors.append((name, log, exc))
+
+    def _report_log_errors(self) -> None:
+        while self._log_errors:
+            name, log, exc = self._log_errors.popleft()
+            self._log_not_written(name, log, exc)
 
     # -- endings ----------------------------------------------------------------------------
 
@@ -419,6 +420,11 @@ class Supervisor:
         if self._options.fail_fast:
             self._begin_stop("failure", signal.SIGTERM)
         if self._link is not None:
+            # The last lines it wrote may still be in its pipe: its pump takes them in first
+            # (the end of the pipe comes at once unless something it started holds it open).
+            pump = self._pumps.get(self._records.index(rec))
+            if pump is not None:
+                pump.done.wait(_TAIL_WAIT)
             self._link.report_failure(
                 {
                     "name": rec.spec.name,
