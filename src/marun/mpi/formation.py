@@ -97,31 +97,28 @@ def resolve_ipv4_once(name: str) -> str:
         raise NotReady(f"no DNS answer ({exc.strerror or exc})") from None
 
 
-def probe_port(address: str, port: int, timeout: float) -> None:
-    """Connect to `address:port` and hang up; NotReady says how it failed."""
+def _connect(address: str, port: int, timeout: float) -> socket.socket:
+    """A connection to `address:port`; NotReady says how it failed."""
     try:
-        with socket.create_connection((address, port), timeout=timeout):
-            pass
+        return socket.create_connection((address, port), timeout=timeout)
     except ConnectionRefusedError:
         raise NotReady(f"port {port} closed (connection refused)") from None
     except socket.timeout:
         raise NotReady(f"port {port} unreachable (no answer within {timeout:.3g}s)") from None
     except OSError as exc:
         raise NotReady(f"port {port} unreachable ({exc.strerror or exc})") from None
+
+
+def probe_port(address: str, port: int, timeout: float) -> None:
+    """Connect to `address:port` and hang up; NotReady says how it failed."""
+    _connect(address, port, timeout).close()
 
 
 def probe_ssh(address: str, port: int, timeout: float) -> str:
     """Connect to `address:port` and read the server's SSH identification line (RFC 4253 4.2);
     that line, or NotReady saying what answered instead. Our own line is sent first so that
     sshd logs a client that went away, not a broken one."""
-    try:
-        sock = socket.create_connection((address, port), timeout=timeout)
-    except ConnectionRefusedError:
-        raise NotReady(f"port {port} closed (connection refused)") from None
-    except socket.timeout:
-        raise NotReady(f"port {port} unreachable (no answer within {timeout:.3g}s)") from None
-    except OSError as exc:
-        raise NotReady(f"port {port} unreachable ({exc.strerror or exc})") from None
+    sock = _connect(address, port, timeout)
     received = b""
     try:
         with sock:
