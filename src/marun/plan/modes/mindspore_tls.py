@@ -91,18 +91,19 @@ def _password(
     try:
         with open(path, encoding="utf-8") as fh:
             first = fh.readline()
+            mode = os.fstat(fh.fileno()).st_mode  # of the file read, not of the path later
     except UnicodeDecodeError:
         raise bad_value(setting, file, "a UTF-8 text file holding the password") from None
-    return first.rstrip("\r\n"), _open_to_others(setting, path)
+    return first.rstrip("\r\n"), _open_to_others(setting, path, mode)
 
 
-def _open_to_others(setting: str, path: str) -> str | None:
+def _open_to_others(setting: str, path: str, st_mode: int) -> str | None:
     """A note when others than the owner may read the password file. Not a refusal, as ssh's
     is for a private key: Kubernetes mounts a secret 0644 unless its defaultMode says otherwise,
     and in a container the other users are usually nobody; but the user should know."""
     import stat
 
-    mode = stat.S_IMODE(os.stat(path).st_mode)
+    mode = stat.S_IMODE(st_mode)
     if not mode & 0o044:
         return None
     who = {0o044: "group and others", 0o004: "others", 0o040: "its group"}[mode & 0o044]
