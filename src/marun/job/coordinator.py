@@ -3,8 +3,9 @@ reports to. It counts arrivals and opens the start barrier, turns the first fail
 a stop sent to every node, declares a node that went silent for peer_timeout failed, watches for
 a job-wide hang, and gathers each node's end for job.json.
 
-Messages in (member -> coordinator): hello, hb {idle}, failure {failure}, stacks {text}, end
-{outcome, exit_code}. Out: welcome, start, hb, dump, stop {code, failure}, done {code}.
+Messages in (member -> coordinator): hello {nonce}, hb {idle}, failure {failure}, stacks {text}, end
+{outcome, exit_code}. Out: challenge {nonce} (first, on every connection), welcome, start, hb,
+dump, stop {code, failure}, done {code}. Replay protection: marun.job.protocol.
 """
 
 from __future__ import annotations
