@@ -99,6 +99,14 @@ MaxRestartsOpt = Annotated[
         help="MindSpore recovery: restarts per process (default 3)",
     ),
 ]
+VerboseOpt = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        help="marun's own events (process_started, stopping, ...) on the console too; they"
+        " always go to <log dir>/marun-events.log",
+    ),
+]
 SuperviseOpt = Annotated[
     bool, typer.Option("--supervise", help="supervise even a single process, not exec it")
 ]
@@ -170,12 +178,15 @@ def plan(
     peer_timeout: PeerOpt = None,
     hang_timeout: HangOpt = None,
     supervise: SuperviseOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Print what `marun run` would start with these inputs (nothing is started; a name that
     does not resolve yet is not waited for)."""
+    from marun.log import set_verbose
     from marun.plan.modes import plan_from_environment
     from marun.plan.render import render
 
+    set_verbose(verbose)
     chosen = fmt.value if fmt else ("table" if sys.stdout.isatty() else "json")
     settings = _setting_options(locals())
     launch_plan = plan_from_environment(
@@ -203,10 +214,13 @@ def run(
     peer_timeout: PeerOpt = None,
     hang_timeout: HangOpt = None,
     supervise: SuperviseOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Start this node's part of the job, supervise it, and exit with its status."""
+    from marun.log import set_verbose
     from marun.runtime.start import run_node
 
+    set_verbose(verbose)
     settings = _setting_options(locals())
     raise typer.Exit(run_node(command or [], mode.value, config, supervise, settings))
 
@@ -235,11 +249,14 @@ def simulate(
     show_plan: Annotated[
         bool, typer.Option("--show-plan/--no-show-plan", help="print the job's plan first")
     ] = True,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Run a whole job on this machine: per node exactly what the platform injects, one
     `marun run` each on 127.0.0.1; exit with the job's status."""
+    from marun.log import set_verbose
     from marun.sim.simulate import SimulateRequest, simulate
 
+    set_verbose(verbose)
     request = SimulateRequest(
         command=tuple(command or ()),
         mode=mode.value,
@@ -248,6 +265,7 @@ def simulate(
         config=config,
         settings=_setting_options(locals()),
         show_plan=show_plan,
+        verbose=verbose,
     )
     raise typer.Exit(simulate(request))
 

@@ -17,6 +17,11 @@ def main(argv: list[str] | None = None) -> None:
         if parsed is not None:
             from marun.runtime.start import run_node
 
+            if parsed.verbose:
+                from marun.log import set_verbose
+
+                set_verbose()
+
             try:
                 code = run_node(
                     parsed.command, parsed.mode, parsed.config, parsed.supervise, parsed.settings

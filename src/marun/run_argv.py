@@ -35,6 +35,7 @@ RUN_OPTIONS: dict[str, tuple[str, str]] = {
     "--peer-timeout": ("peer_timeout", "str"),
     "--hang-timeout": ("hang_timeout", "str"),
     "--supervise": ("supervise", "flag"),
+    "--verbose": ("verbose", "flag"),
 }
 # The options of `plan` and `run` that are settings (inputs.settings.Settings fields of the same
 # name); the others choose what to run.
@@ -63,6 +64,7 @@ class RunArgs:
     mode: str = "auto"
     config: Optional[str] = None
     supervise: bool = False
+    verbose: bool = False
     settings: dict[str, Any] = field(default_factory=dict)  # the Settings options, None: not given
 
 
@@ -115,5 +117,6 @@ def parse_run(argv: Sequence[str]) -> RunArgs | None:
     parsed.mode = values.pop("mode", "auto")
     parsed.config = values.pop("config", None)
     parsed.supervise = bool(values.pop("supervise", False))
+    parsed.verbose = bool(values.pop("verbose", False))
     parsed.settings = {name: values.get(name) for name in SETTING_OPTIONS}
     return parsed

@@ -15,6 +15,14 @@ SCRIPT = """\
 import json, os, sys
 keys = ("RANK", "WORLD_SIZE", "MS_ROLE", "RANK_ID", "DEVICE_ID", "TF_CONFIG", "MS_WORKER_NUM")
 print("ENV " + json.dumps({k: os.environ[k] for k in keys if k in os.environ}), flush=True)
+task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
+if task.get("type") == "ps":  # the job ends with its workers: they wait until every ps spoke
+    open(f"ps{task['index']}.up", "w").close()
+elif task:
+    import glob, time
+    deadline = time.monotonic() + 60
+    while len(glob.glob("ps*.up")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
 if os.environ.get("FAIL_RANK") and os.environ.get("RANK") == os.environ["FAIL_RANK"]:
     sys.exit(7)
 if os.environ.get("FAIL_RANK"):
@@ -109,7 +117,8 @@ def test_a_failing_rank_fails_the_job_with_its_code(job: Path) -> None:
         timeout=60,
     )
     assert res.returncode == 7
-    assert "process  : rank3 (role worker, rank 3)" in res.stdout + res.stderr
+    out = res.stdout + res.stderr
+    assert re.search(r"Job's first failure: node 1 \(\S+\), process rank3 \(rank 3\), exit", out)
     result = json.loads((job / "marun_logs" / "simulate" / "result.json").read_text())
     assert result["exit_code"] == 7
     assert result["first_failure"]["name"] == "node1"
@@ -150,7 +159,9 @@ def test_the_shown_plan_is_what_each_node_runs(job: Path, mode: str) -> None:
 def test_the_simulators_own_events_name_the_node_process_not_node_0(job: Path) -> None:
     """The simulator supervises one `marun run` per node; its events (process_started for
     node1, ...) carry no `node=0` of its own that would contradict them."""
-    res = run_marun(["simulate", "--mode", "pytorch", "--no-show-plan", "--", "job.py"], cwd=job)
+    res = run_marun(
+        ["simulate", "--mode", "pytorch", "--no-show-plan", "--verbose", "--", "job.py"], cwd=job
+    )
     assert res.returncode == 0, res.stderr
     started = [
         ln for ln in res.stderr.splitlines() if "process_started" in ln and "process=node1" in ln

@@ -34,7 +34,12 @@ def test_the_table_is_the_typer_commands() -> None:
         false_words.update(param.secondary_opts)
     assert from_typer == RUN_OPTIONS
     assert false_words == FALSE_WORDS
-    settings = {name for name, _ in RUN_OPTIONS.values()} - {"mode", "config", "supervise"}
+    settings = {name for name, _ in RUN_OPTIONS.values()} - {
+        "mode",
+        "config",
+        "supervise",
+        "verbose",
+    }
     assert settings == set(SETTING_OPTIONS)
 
 
@@ -63,6 +68,7 @@ def test_well_formed_command_lines_parse_as_typer_does(argv: list[str]) -> None:
     assert parsed.mode == getattr(mode, "value", mode)
     assert parsed.config == expected.pop("config")
     assert parsed.supervise == expected.pop("supervise")
+    assert parsed.verbose == expected.pop("verbose")
     assert parsed.settings == expected
 
 

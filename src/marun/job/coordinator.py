@@ -297,7 +297,11 @@ class Coordinator:
         self.first_failure = failure
         self.exit_code = code
         self.stopped = {"code": code, "failure": failure}
-        self._log("job_stop", "error", code=code, node=failure.get("node"), why=failure.get("why"))
+        # `failed_node`, not `node`: every other event's `node` is the node that logs it.
+        where = {k: failure[k] for k in ("why",) if failure.get(k)}
+        if failure.get("node") is not None:
+            where["failed_node"] = failure["node"]
+        self._log("job_stop", "error" if code else "info", code=code, **where)
         self._broadcast("stop", **self.stopped)
 
     # -- time -------------------------------------------------------------------------------

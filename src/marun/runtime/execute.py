@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -110,7 +111,10 @@ def execute(plan: LaunchPlan) -> int:
     if plan.coordination is not None:
         link = _open_link(plan)
     # Built first: what it refuses (a cwd or log it cannot create) is refused before any write.
-    supervisor = Supervisor(plan, node, link=link)
+    # marun simulate runs every node's marun on one console: it says so, and only node 0 then
+    # prints the job's first failure with its last lines (the others, one line each).
+    shared = os.environ.get("MARUN_SHARED_CONSOLE") == "1"
+    supervisor = Supervisor(plan, node, link=link, shared_console=shared)
     write_files(node.files)
     return supervisor.run()
 
@@ -120,10 +124,17 @@ def _open_link(plan: LaunchPlan) -> JobLink:
     imports it, and a single-node job never loads it."""
     from importlib import import_module
 
-    from marun.log import get_logger
+    from marun.log import get_logger, log_to_file
 
     coord = plan.coordination
     assert coord is not None
+    # The coordination's events (node_arrived, job_start, ...) go to this node's events file
+    # from the start, as the supervisor's do (marun.log).
+    node = plan.nodes[0]
+    if node.processes:
+        record_dir = plan.supervision.record_dir or os.path.dirname(node.processes[0].log)
+        with contextlib.suppress(OSError):
+            log_to_file(private_dir(record_dir, strict=False))
     try:
         link: JobLink = import_module("marun.job.link").open_link(plan, get_logger("marun.job"))
     except OSError as exc:

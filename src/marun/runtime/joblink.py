@@ -36,38 +36,3 @@ class JobLink(Protocol):
     def report_end(self, outcome: str, exit_code: int, directory: str) -> int: ...
 
     def close(self) -> None: ...
-
-
-def job_failure_summary(event: JobEvent, node: int, host: str) -> str:
-    """The job's first failure, as every node prints it."""
-    failure = event.failure or {}
-    rule = "=" * 78
-    lines = [
-        rule,
-        f"marun: the job stopped on every node, exit code {event.code} "
-        f"(this is node {node}, {host})",
-    ]
-    where = failure.get("node")
-    if "why" in failure:
-        lines.append(f"Job's first failure: {failure['why']}")
-    else:
-        status = (
-            f"signal {failure['signal']}"
-            if failure.get("signal")
-            else f"exit code {failure.get('exit_code')}"
-        )
-        lines.append(
-            f"Job's first failure: node {where} ({failure.get('host', '?')}), process "
-            f"{failure.get('name')} (rank {failure.get('rank')}), {status}"
-        )
-        if failure.get("log"):
-            lines.append(f"  log: {failure['log']}")
-    tail = failure.get("tail") or []
-    if tail:
-        lines.append("  last lines of its output:")
-        lines.extend(f"    | {line}" for line in tail)
-    if failure.get("stacks"):
-        lines.append("  stacks of every rank:")
-        lines.extend(f"    {line}" for line in str(failure["stacks"]).splitlines())
-    lines.append(rule)
-    return "\n".join(lines) + "\n"

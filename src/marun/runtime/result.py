@@ -148,43 +148,116 @@ def write_result(directory: str, job: JobRecord) -> str:
     return path
 
 
-def failure_summary(job: JobRecord) -> str:
-    """The block printed on stderr when the job failed: the root cause first, with the last lines
-    of its output, then how every other process ended."""
-    first = job.first_failure
-    assert first is not None and first.ending is not None
-    rule = "=" * 78
-    lines = [
-        rule,
-        f"marun: job failed on node {job.node} ({job.host}), exit code {job.exit_code}",
-        "Root Cause (first observed failure):",
-        f"  node     : {job.node} ({job.host})",
-        f"  process  : {first.spec.name} (role {first.spec.role}, rank "
-        f"{'-' if first.spec.rank is None else first.spec.rank})",
-        f"  pid      : {first.pids[-1] if first.pids else '-'}",
-        f"  exit     : {describe(first.ending)}",
-        f"  time     : {iso(first.ended)}",
-        f"  restarts : {first.restarts}",
-        f"  log      : {first.spec.log}",
-    ]
-    if first.error:
-        lines.append(f"  error    : {first.error}")
-    if first.tail:
+RULE = "=" * 78
+
+
+def _who(name: object, rank: object) -> str:
+    """`rank1 (rank 1)`, or just `scheduler` for a process without a rank."""
+    return f"{name}" if rank is None else f"{name} (rank {rank})"
+
+
+def how_it_ended(proc: ProcessRecord) -> str:
+    """One process's end in words that never contradict each other: whether marun stopped it,
+    and what it then did."""
+    end = proc.ending
+    if end is None:
+        return "not started" if not proc.pids else "still running"
+    sent = proc.stopped_by
+    if sent is None:
+        return describe(end)
+    if end.signal == sent:
+        return f"stopped by marun ({signal_name(sent)})"
+    if sent == 9:
+        return f"{describe(end)}, then killed by marun (SIGKILL after the grace period)"
+    return f"{describe(end)} after marun sent it {signal_name(sent)}"
+
+
+def _first_failure_lines(head: str, log: str | None, tail: list[str], show_tail: bool) -> list[str]:
+    lines = [head]
+    if log:
+        lines.append(f"  log: {log}")
+    if not show_tail:
+        return lines
+    if tail:
         lines.append("  last lines of its output:")
-        lines.extend(f"    | {line}" for line in first.tail)
+        lines.extend(f"    | {line}" for line in tail)
     else:
         lines.append("  (it printed nothing)")
-    others = [p for p in job.processes if p is not first]
-    if others:
-        lines.append("Other processes:")
-        for proc in others:
-            if proc.ending is None:
-                state = "not started" if not proc.pids else "still running"
-            else:
-                state = describe(proc.ending)
-                if proc.stopped_by is not None:
-                    state += f" (stopped by marun with {signal_name(proc.stopped_by)})"
-            rank = "-" if proc.spec.rank is None else proc.spec.rank
-            lines.append(f"  {proc.spec.name} (rank {rank}): {state}")
-    lines.append(rule)
+    return lines
+
+
+def failure_summary(job: JobRecord) -> str:
+    """The block printed on stderr when this node's job failed (a single-node job): the first
+    failure once, with its last lines, then one line per other process."""
+    first = job.first_failure
+    assert first is not None and first.ending is not None
+    pid = first.pids[-1] if first.pids else None
+    head = (
+        f"First failure: {_who(first.spec.name, first.spec.rank)}, {describe(first.ending)}"
+        + ("" if pid is None else f" (pid {pid}")
+        + ("" if pid is None or not first.restarts else f", after {first.restarts} restart(s)")
+        + ("" if pid is None else ")")
+    )
+    lines = [
+        RULE,
+        f"marun: the job failed on node {job.node} ({job.host}), exit code {job.exit_code}",
+    ]
+    lines += _first_failure_lines(head, first.spec.log, list(first.tail), True)
+    if first.error:
+        lines.append(f"  error: {first.error}")
+    lines += _other_lines([p for p in job.processes if p is not first], "Other processes:")
+    lines.append(RULE)
     return "\n".join(lines) + "\n"
+
+
+def _other_lines(procs: list[ProcessRecord], title: str) -> list[str]:
+    if not procs:
+        return []
+    return [title] + [f"  {_who(p.spec.name, p.spec.rank)}: {how_it_ended(p)}" for p in procs]
+
+
+def job_failure_summary(
+    job: JobRecord, code: int, failure: dict[str, Any], tail_on: int | None = None
+) -> str:
+    """The block a node of a multi-node job prints when the job stopped with a failure: the job's
+    first failure (whichever node it was on) once, with its last lines unless `tail_on` names
+    the node that prints them on the same console (marun simulate), then one line per process
+    of this node."""
+    show_tail = tail_on is None
+    lines = [
+        RULE,
+        f"marun: the job stopped on every node, exit code {code} "
+        f"(this is node {job.node}, {job.host})",
+    ]
+    if "why" in failure:
+        lines.append(f"Job's first failure: {failure['why']}")
+    else:
+        status = (
+            f"signal {failure['signal']}"
+            if failure.get("signal")
+            else f"exit code {failure.get('exit_code')}"
+        )
+        head = (
+            f"Job's first failure: node {failure.get('node')} ({failure.get('host', '?')}), "
+            f"process {_who(failure.get('name'), failure.get('rank'))}, {status}"
+        )
+        if not show_tail:
+            head += f" (its last lines: in node {tail_on}'s summary)"
+        lines += _first_failure_lines(
+            head, failure.get("log"), list(failure.get("tail") or []), show_tail
+        )
+    if failure.get("stacks") and show_tail:
+        lines.append("  stacks of every rank:")
+        lines.extend(f"    {line}" for line in str(failure["stacks"]).splitlines())
+    lines += _other_lines(job.processes, f"Node {job.node}'s processes:")
+    lines.append(RULE)
+    return "\n".join(lines) + "\n"
+
+
+def nested_summary(job: JobRecord) -> str:
+    """What `marun simulate` adds when its job failed: one line. Each simulated node's own marun
+    has printed its summary (with the first failure's last lines) above."""
+    return (
+        f"marun simulate: the job failed, exit code {job.exit_code} (each simulated node's "
+        "summary above says where and why)\n"
+    )

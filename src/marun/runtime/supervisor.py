@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterator
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from marun._files import private_dir
 from marun.errors import bad_value
 from marun.plan.launch_plan import LaunchPlan, NodePlan
 from marun.runtime.output import Console, OutputStream, Pump, Relay, new_tail, open_log, widen_pipe
@@ -53,7 +54,15 @@ from marun.runtime.reaper import (
     reap,
     signal_group,
 )
-from marun.runtime.result import JobRecord, ProcessRecord, describe, failure_summary, write_result
+from marun.runtime.result import (
+    JobRecord,
+    ProcessRecord,
+    describe,
+    failure_summary,
+    job_failure_summary,
+    nested_summary,
+    write_result,
+)
 from marun.runtime.signals import RELAYED, STOP, SignalPipe, exit_code_for, signal_name
 
 if TYPE_CHECKING:
@@ -142,6 +151,7 @@ class Supervisor:
         node: NodePlan,
         console: Console | None = None,
         link: JobLink | None = None,
+        shared_console: bool = False,
     ) -> None:
         # The log (structlog) is imported once every process has started: it costs more than
         # starting them. Until then events wait here, with the time they happened.
@@ -191,6 +201,12 @@ class Supervisor:
         self._link = link
         self._arriving = link is not None
         self._job_stop: JobEvent | None = None
+        coord = plan.coordination
+        # Where the nodes share one console (marun simulate), the leader's marun alone prints the
+        # job's first failure with its last lines; the others one line per process.
+        self._tail_on: int | None = None
+        if shared_console and coord is not None and (coord.index, coord.slot) != (coord.leader, 0):
+            self._tail_on = coord.leader
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -394,6 +410,7 @@ class Supervisor:
             self._pending[index] = time.monotonic() + self._options.recovery_wait
             self._emit(
                 "process_restart_scheduled",
+                "warning",  # it died: a person should see it without --verbose
                 process=rec.spec.name,
                 rank=rec.spec.rank,
                 restart=rec.restarts + 1,
@@ -548,18 +565,15 @@ class Supervisor:
     def _finish(self) -> int:
         job = self.job
         job.ended = time.time()
-        directory = self._options.record_dir or os.path.dirname(self._records[0].spec.log)
+        directory = self._record_dir()
         path: str | None = None
         try:
             path = write_result(directory, job)
         except OSError as exc:
             self._emit("result_not_written", "warning", directory=directory, error=exc.strerror)
-        if job.first_failure is not None:
-            try:
-                sys.stderr.write(failure_summary(job))
-                sys.stderr.flush()
-            except OSError:
-                pass
+        if job.first_failure is not None and self._link is None:
+            # A coordinated node prints the job's summary instead, once the job has ended.
+            self._say(failure_summary(job) if self._options.prefix_output else nested_summary(job))
         code = job.exit_code
         if self._link is not None:
             code = self._end_of_job(directory)
@@ -588,12 +602,21 @@ class Supervisor:
                 stop = event
         self._link.close()
         if stop is not None and stop.code:
-            from marun.runtime.joblink import job_failure_summary
-
-            with contextlib.suppress(OSError, ValueError):
-                sys.stderr.write(job_failure_summary(stop, self._node.index, self._node.host))
-                sys.stderr.flush()
+            summary = job_failure_summary(self.job, stop.code, stop.failure or {}, self._tail_on)
+            self._say(summary)
+        elif self.job.first_failure is not None:
+            self._say(failure_summary(self.job))
         return code
+
+    def _record_dir(self) -> str:
+        """Where result.json and marun's events file go."""
+        return self._options.record_dir or os.path.dirname(self._records[0].spec.log)
+
+    @staticmethod
+    def _say(text: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write(text)
+            sys.stderr.flush()
 
     def _log_early_events(self) -> None:
         if self._early is None:
@@ -602,6 +625,12 @@ class Supervisor:
 
         early, self._early = self._early, None
         self._log = get_logger("marun.runtime.supervisor")
+        from marun.log import log_to_file
+
+        # marun's own events go to the events file beside result.json; the console gets only
+        # what needs a person (marun.log says which).
+        with contextlib.suppress(OSError):
+            log_to_file(private_dir(self._record_dir(), strict=False))
         for event, level, fields, at in early:
             self._emit(event, level, _at=at, **fields)
 

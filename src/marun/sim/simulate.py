@@ -56,8 +56,9 @@ class Container:
 
 def _node_env(nodes: int, devices: int, index: int, task: str = "worker") -> dict[str, str]:
     return {
-        # The inner runs' start/exit events would bury the ranks' output; warnings still show.
-        "MARUN_LOG_LEVEL": os.environ.get("MARUN_LOG_LEVEL", "warning"),
+        # Every node's marun writes to this one console: only node 0 prints the job's first
+        # failure with its last lines.
+        "MARUN_SHARED_CONSOLE": "1",
         "MA_NUM_HOSTS": str(nodes),
         "MA_NUM_GPUS": str(devices),
         "VC_TASK_INDEX": str(index),
@@ -349,7 +350,7 @@ def run_mpi_simulation(
                 "MARUN_SSH_DIR": ssh_dir,
                 "MARUN_RUN_DIR": str(host / "run"),  # hosts share /tmp: each its own files
                 "TMPDIR": str(host / "tmp"),
-                "MARUN_LOG_LEVEL": os.environ.get("MARUN_LOG_LEVEL", "warning"),
+                "MARUN_SHARED_CONSOLE": "1",
             }
             inner = (
                 platform.python, "-m", "marun", "run", "--mode", "mpi", "--supervise",
@@ -386,12 +387,15 @@ class SimulateRequest:
     config: str | None = None
     settings: Mapping[str, object] = field(default_factory=dict)
     show_plan: bool = True
+    verbose: bool = False
 
 
 def inner_options(request: SimulateRequest, platform: Platform) -> tuple[str, ...]:
     """The options every inner `marun run` gets from the simulate command line."""
     settings = platform.settings
     words: list[str] = ["--tf-chief"] if settings.tf_chief else []
+    if request.verbose:
+        words.append("--verbose")
     if settings.console_ranks:
         words += ["--console-ranks", ",".join(settings.console_ranks)]
     grace = request.settings.get("grace_period")
