@@ -17,6 +17,12 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # click's plain help: rich's boxes wrapped words mid-way at 80 columns, cut option names and
+    # read `[hang]` in a help text as markup.
+    rich_markup_mode=None,
+    epilog="\b\nExamples:\n  marun plan --mode pytorch --nproc-per-node 2 -- train.py\n"
+    "  marun simulate --mode mindspore --nodes 2 --devices 2 -- train.py\n"
+    "  marun doctor --mode mpi\n\nEach command's own: marun COMMAND --help",
     help="Launch distributed training from what a ModelArts-style platform injects.",
 )
 
@@ -150,7 +156,10 @@ def _setting_options(params: "dict[str, object]") -> "dict[str, object]":
     return {name: params[name] for name in SETTING_OPTIONS if name in params}
 
 
-@app.command(context_settings=_CTX)
+@app.command(
+    context_settings=_CTX,
+    epilog="\b\nExamples:\n  marun plan --mode pytorch --nproc-per-node 2 -- train.py --lr 0.1\n  MA_NUM_HOSTS=2 VC_TASK_INDEX=0 MA_NUM_GPUS=2 VC_WORKER_HOSTS=h0,h1 \\\n    marun plan --mode mindspore --all-nodes --format table -- train.py",
+)
 def plan(
     command: CommandArg = None,
     mode: ModeOpt = Mode.auto,
@@ -195,7 +204,10 @@ def plan(
     sys.stdout.write(render(launch_plan, chosen))
 
 
-@app.command(context_settings=_CTX)
+@app.command(
+    context_settings=_CTX,
+    epilog="\b\nExamples:\n  marun run --mode pytorch --nproc-per-node 2 -- train.py --lr 0.1\n  marun run -- train.py --init_method tcp://10.0.0.1:29500 --rank 0 \\\n    --world_size 2",
+)
 def run(
     command: CommandArg = None,
     mode: ModeOpt = Mode.auto,
@@ -233,7 +245,10 @@ class SimMode(str, Enum):
     mpi = "mpi"
 
 
-@app.command(context_settings=_CTX)
+@app.command(
+    context_settings=_CTX,
+    epilog="\b\nExamples:\n  marun simulate --mode pytorch --nodes 2 --devices 2 -- train.py\n  marun simulate --mode tensorflow --tf-chief --nodes 2 -- examples/tf_ps.py",
+)
 def simulate(
     command: CommandArg = None,
     mode: Annotated[SimMode, typer.Option("--mode", help="the platform engine to simulate")] = (
@@ -270,7 +285,7 @@ def simulate(
     raise typer.Exit(simulate(request))
 
 
-@app.command()
+@app.command(epilog="\b\nExamples:\n  marun doctor\n  marun doctor --mode mpi --format json")
 def doctor(
     mode: Annotated[
         Optional[Mode],
@@ -329,15 +344,49 @@ def _one_line(text: str) -> str:
     return one_line("; ".join(part.strip() for part in text.splitlines() if part.strip()))
 
 
+def _unknown_option(words: "list[str]") -> Optional[str]:
+    """An option the command does not have, before its script (`marun plan --nproc 2 -- x.py`):
+    the message, with the nearest option, instead of the option being taken for the script.
+    Options end at `--` or at the first word that is not an option or an option's value."""
+    import difflib
+
+    group = typer.main.get_command(app)
+    name = words[0] if words else ""
+    command = getattr(group, "commands", {}).get(name)
+    if command is None:
+        return None
+    takes_value: "dict[str, bool]" = {}
+    for param in command.params:
+        if param.param_type_name == "option":  # typer vendors click: matched by shape
+            for opt in (*param.opts, *param.secondary_opts):
+                takes_value[opt] = not getattr(param, "is_flag", False)
+    takes_value["--help"] = False
+    i = 1
+    while i < len(words):
+        word = words[i]
+        if word == "--" or not word.startswith("-") or word == "-":
+            return None
+        option, eq, _ = word.partition("=")
+        if option not in takes_value:
+            known = sorted(takes_value)
+            near = [o for o in known if o.startswith(option)] or difflib.get_close_matches(
+                option, known, n=1, cutoff=0.6
+            )
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            return f"unknown option {option} for `marun {name}`{hint}; see `marun {name} --help`"
+        i += 2 if takes_value[option] and not eq else 1
+    return None
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     """The `marun` command. Every refusal is one line on stderr, `marun: error: ...`, with exit
     code 2 for bad input: marun's own checks and the command-line parser's alike (typer would
     draw a five-line box)."""
     words = sys.argv[1:] if argv is None else argv
-    if "--help" in words and not sys.stdout.isatty():
-        # rich would fit the help into 80 columns and cut option names (`--keep-platform-a…`)
-        # when the output is a pipe or a file; only for --help, so no job inherits it.
-        os.environ.setdefault("COLUMNS", "160")
+    unknown = _unknown_option(words)
+    if unknown:
+        sys.stderr.write(f"marun: error: {unknown}\n")
+        sys.exit(2)
     try:
         code = app(args=argv, prog_name="marun", standalone_mode=False)
     except MarunError as exc:

@@ -42,6 +42,15 @@ def test_version_option_and_command_agree() -> None:
         (["plan", "--format", "xml"], "Invalid value for '--format'"),
         (["run", "--mode"], "Option '--mode' requires an argument"),
         (["plan", "--nproc-per-node", "\x1b[31m"], "'\\x1b[31m'"),
+        # A mistyped option is named, with the nearest one, instead of being taken for the
+        # script; on both paths of `marun run` (the typer-free one hands it to typer's).
+        (
+            ["plan", "--nproc", "2", "--", "train.py"],
+            "unknown option --nproc for `marun plan` (did you mean --nproc-per-node?)",
+        ),
+        (["run", "--nproc", "2", "--", "train.py"], "(did you mean --nproc-per-node?)"),
+        (["run", "--log-dir", "x", "--hang=5", "t.py"], "(did you mean --hang-timeout?)"),
+        (["simulate", "--node", "2", "t.py"], "unknown option --node for `marun simulate`"),
     ],
 )
 def test_a_usage_error_is_one_line_and_exit_2(args: list[str], expected: str) -> None:
@@ -59,6 +68,20 @@ def test_help_through_a_pipe_shows_whole_option_names() -> None:
     assert res.returncode == 0
     assert "--keep-platform-args" in res.stdout
     assert re.search(r"--nproc-per-node +N ", res.stdout), res.stdout
+
+
+@pytest.mark.parametrize("command", ["plan", "run", "simulate", "doctor"])
+def test_every_help_page_fits_80_columns_and_shows_an_example(command: str) -> None:
+    """Plain help (no rich boxes): no word cut at the edge, `[hang]` kept, an example each."""
+    res = run_marun([command, "--help"], env={"COLUMNS": "80"})
+    assert res.returncode == 0, res.stderr
+    assert max(len(line) for line in res.stdout.splitlines()) <= 80, res.stdout
+    assert "Examples:" in res.stdout and f"marun {command}" in res.stdout.split("Examples:")[1]
+    if command != "doctor":
+        assert "stacks need marun[hang]" in res.stdout or command == "simulate", res.stdout
+        assert "<auto|ascend|mindspore|pytorch|tensorflow|mpi>" in res.stdout or (
+            command == "simulate"
+        )
 
 
 def test_a_nodes_plan_says_which_node_of_how_many(script: Path) -> None:
