@@ -3,7 +3,6 @@ the user's time: `marun run` sits in front of every training process)."""
 
 # No `from __future__ import annotations` here: typer reads these annotations at run time, and
 # marun runs under Python 3.9, where `str | None` cannot be evaluated.
-import os
 import sys
 from enum import Enum
 from typing import Annotated, Optional
@@ -13,6 +12,12 @@ import typer
 from marun.errors import MarunError
 from marun.run_argv import SETTING_OPTIONS
 
+
+def _examples(*lines: str) -> str:
+    """A help page's epilog: its examples as written (`\\b`: click does not rewrap them)."""
+    return "\b\nExamples:\n" + "\n".join("  " + line for line in lines)
+
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
@@ -20,9 +25,12 @@ app = typer.Typer(
     # click's plain help: rich's boxes wrapped words mid-way at 80 columns, cut option names and
     # read `[hang]` in a help text as markup.
     rich_markup_mode=None,
-    epilog="\b\nExamples:\n  marun plan --mode pytorch --nproc-per-node 2 -- train.py\n"
-    "  marun simulate --mode mindspore --nodes 2 --devices 2 -- train.py\n"
-    "  marun doctor --mode mpi\n\nEach command's own: marun COMMAND --help",
+    epilog=_examples(
+        "marun plan --mode pytorch --nproc-per-node 2 -- train.py",
+        "marun simulate --mode mindspore --nodes 2 --devices 2 -- train.py",
+        "marun doctor --mode mpi",
+        "marun COMMAND --help     (each command's options and examples)",
+    ),
     help="Launch distributed training from what a ModelArts-style platform injects.",
 )
 
@@ -158,7 +166,11 @@ def _setting_options(params: "dict[str, object]") -> "dict[str, object]":
 
 @app.command(
     context_settings=_CTX,
-    epilog="\b\nExamples:\n  marun plan --mode pytorch --nproc-per-node 2 -- train.py --lr 0.1\n  MA_NUM_HOSTS=2 VC_TASK_INDEX=0 MA_NUM_GPUS=2 VC_WORKER_HOSTS=h0,h1 \\\n    marun plan --mode mindspore --all-nodes --format table -- train.py",
+    epilog=_examples(
+        "marun plan --mode pytorch --nproc-per-node 2 -- train.py --lr 0.1",
+        "MA_NUM_HOSTS=2 VC_TASK_INDEX=0 MA_NUM_GPUS=2 VC_WORKER_HOSTS=h0,h1 \\",
+        "  marun plan --mode mindspore --all-nodes --format table -- train.py",
+    ),
 )
 def plan(
     command: CommandArg = None,
@@ -206,7 +218,11 @@ def plan(
 
 @app.command(
     context_settings=_CTX,
-    epilog="\b\nExamples:\n  marun run --mode pytorch --nproc-per-node 2 -- train.py --lr 0.1\n  marun run -- train.py --init_method tcp://10.0.0.1:29500 --rank 0 \\\n    --world_size 2",
+    epilog=_examples(
+        "marun run --mode pytorch --nproc-per-node 2 -- train.py --lr 0.1",
+        "marun run -- train.py --init_method tcp://10.0.0.1:29500 --rank 0 \\",
+        "  --world_size 2",
+    ),
 )
 def run(
     command: CommandArg = None,
@@ -247,7 +263,10 @@ class SimMode(str, Enum):
 
 @app.command(
     context_settings=_CTX,
-    epilog="\b\nExamples:\n  marun simulate --mode pytorch --nodes 2 --devices 2 -- train.py\n  marun simulate --mode tensorflow --tf-chief --nodes 2 -- examples/tf_ps.py",
+    epilog=_examples(
+        "marun simulate --mode pytorch --nodes 2 --devices 2 -- train.py",
+        "marun simulate --mode tensorflow --tf-chief --nodes 2 -- examples/tf_ps.py",
+    ),
 )
 def simulate(
     command: CommandArg = None,
@@ -285,7 +304,12 @@ def simulate(
     raise typer.Exit(simulate(request))
 
 
-@app.command(epilog="\b\nExamples:\n  marun doctor\n  marun doctor --mode mpi --format json")
+@app.command(
+    epilog=_examples(
+        "marun doctor",
+        "marun doctor --mode mpi --format json",
+    )
+)
 def doctor(
     mode: Annotated[
         Optional[Mode],
@@ -355,7 +379,7 @@ def _unknown_option(words: "list[str]") -> Optional[str]:
     command = getattr(group, "commands", {}).get(name)
     if command is None:
         return None
-    takes_value: "dict[str, bool]" = {}
+    takes_value: dict[str, bool] = {}
     for param in command.params:
         if param.param_type_name == "option":  # typer vendors click: matched by shape
             for opt in (*param.opts, *param.secondary_opts):
