@@ -153,7 +153,7 @@ def test_the_shown_plan_is_what_each_node_runs(job: Path, mode: str) -> None:
     for i, block in enumerate(node_blocks):
         logs = re.findall(r" log (\S+)", block)
         assert logs and all(f"/simulate/node{i}/" in log for log in logs), block
-    assert "lone process supervised" in res.stdout
+    assert "marun supervises" in res.stdout
 
 
 def test_the_simulators_own_events_name_the_node_process_not_node_0(job: Path) -> None:

@@ -98,5 +98,5 @@ def test_a_nodes_plan_says_which_node_of_how_many(script: Path) -> None:
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert lines[0].startswith("mode: pytorch   node 1 of 2   processes: 1")
-    assert "lone process supervised" in lines[1]
-    assert lines[2].startswith("result.node1.json: ")
+    assert lines[1].endswith("marun supervises")
+    assert re.match(r"records: \S+/result\.node1\.json   events: \S+/marun-events\.log$", lines[2])

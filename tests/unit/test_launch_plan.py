@@ -184,8 +184,8 @@ def test_the_dry_run_shows_the_supervision(tmp_path: Path, fmt: str) -> None:
     )
     assert res.returncode == 0, res.stderr
     if fmt == "table":
-        assert "supervision: grace_period 5s   max_restarts 1   recovery_wait 30s   " in res.stdout
-        assert "console_ranks 0   lone process supervised" in res.stdout
+        # max_restarts and recovery_wait only where something restarts (MindSpore recovery).
+        assert "supervision: grace_period 5s   console_ranks 0   marun supervises" in res.stdout
         return
     data = json.loads(res.stdout) if fmt == "json" else yaml.safe_load(res.stdout)
     assert data["supervision"] == {
@@ -216,3 +216,31 @@ def test_console_ranks_ranges_are_kept_as_ranges() -> None:
     assert not selection.shows("sshd", "sshd", None)
     assert ConsoleSelection.parse(["all"]).shows("x", "y", None)
     assert not ConsoleSelection.parse(["none"]).shows("x", "y", 0)
+
+
+def test_the_plan_header_agrees_with_what_run_does_and_with_the_json(tmp_path: Path) -> None:
+    """One process is exec'd with or without --all-nodes (the header and the note agree); two
+    are supervised; MindSpore-only numbers stay off a pytorch plan; console_ranks is `all` in
+    the table and in the JSON; the record line names the files run writes."""
+    (tmp_path / "train.py").write_text("")
+    base = ["plan", "--mode", "pytorch", "--", "train.py", *INIT[:2]]
+
+    def plan(*extra: str, fmt: str = "table", nproc: str = "1") -> str:
+        args = [*base[:3], "--format", fmt, "--nproc-per-node", nproc, *extra, *base[3:]]
+        res = run_marun(args, cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+        return res.stdout
+
+    for extra in ((), ("--all-nodes",)):
+        one = plan(*extra)
+        assert "marun execs the one process" in one.splitlines()[1], one
+        assert "note: one process: marun execs it" in one, one
+        assert "records:" not in one
+    two = plan(nproc="2")
+    header = two.splitlines()[1]
+    assert header.endswith("marun supervises") and "max_restarts" not in header, two
+    assert "console_ranks all" in header
+    logs = tmp_path / "marun_logs"
+    assert f"records: {logs}/result.json   events: {logs}/marun-events.log" in two
+    data = json.loads(plan(fmt="json", nproc="2"))
+    assert data["supervision"]["console_ranks"] == ["all"]

@@ -420,3 +420,25 @@ def test_socket_ifname_is_never_pinned_to_a_guess(script: Path) -> None:
     res = run_marun([*args, *init], env={**env, "MARUN_NIC": "lo"}, cwd=script.parent)
     (proc,) = json.loads(res.stdout)["nodes"][0]["processes"]
     assert proc["env"]["GLOO_SOCKET_IFNAME"] == proc["env"]["NCCL_SOCKET_IFNAME"] == "lo"
+
+
+def test_a_rendezvous_address_this_host_lacks_leaves_socket_ifname_unset_with_a_note(
+    tmp_path: Path,
+) -> None:
+    """Node 0 given an --init_method address none of its interfaces holds: no *_SOCKET_IFNAME
+    (a guess would pin gloo/NCCL to the wrong NIC), and a note that says why."""
+    (tmp_path / "train.py").write_text("")
+    res = run_marun(
+        ["plan", "--mode", "pytorch", "--format", "json", "--", "train.py",
+         "--init_method", "tcp://192.0.2.77:29500"],
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    env = data["nodes"][0]["processes"][0]["env"]
+    assert "GLOO_SOCKET_IFNAME" not in env and "NCCL_SOCKET_IFNAME" not in env
+    assert any(
+        "GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME not set: no interface of this host holds "
+        "192.0.2.77" in note
+        for note in data["notes"]
+    ), data["notes"]

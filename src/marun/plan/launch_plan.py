@@ -118,7 +118,8 @@ class Supervision:
             "grace_period": self.grace_period,
             "max_restarts": self.max_restarts,
             "recovery_wait": self.recovery_wait,
-            "console_ranks": list(self.console_ranks),
+            # One representation in every format: the default (empty) is `all`.
+            "console_ranks": list(self.console_ranks) or ["all"],
             "record_dir": self.record_dir,
             "always_supervise": self.always_supervise,
             "prefix_output": self.prefix_output,
@@ -131,7 +132,9 @@ class Supervision:
             grace_period=float(data["grace_period"]),
             max_restarts=int(data["max_restarts"]),
             recovery_wait=float(data["recovery_wait"]),
-            console_ranks=tuple(data["console_ranks"]),
+            console_ranks=tuple(
+                r for r in data["console_ranks"] if data["console_ranks"] != ["all"]
+            ),
             record_dir=data["record_dir"],
             always_supervise=bool(data["always_supervise"]),
             prefix_output=bool(data["prefix_output"]),

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
 from json.encoder import encode_basestring_ascii as _string
 from typing import Any
 
-from marun.plan.launch_plan import LaunchPlan
+from marun.plan.launch_plan import LaunchPlan, NodePlan
 from marun.redact import mask_argv, mask_env
 
 
@@ -97,6 +98,38 @@ def _indent(text: str, prefix: str) -> str:
     return "".join(prefix + line + "\n" for line in text.splitlines())
 
 
+def _execs(plan: LaunchPlan, node: NodePlan) -> bool:
+    """Whether `marun run` execs this node's one process (marun.runtime.execute decides the
+    same way; PID 1 aside, which the plan cannot know)."""
+    procs = node.processes
+    return (
+        len(procs) == 1
+        and not procs[0].daemon
+        and not procs[0].restart_on_failure
+        and plan.coordination is None
+        and not plan.supervision.always_supervise
+    )
+
+
+def _how_marun_runs(plan: LaunchPlan) -> str:
+    execs = [_execs(plan, n) for n in plan.nodes if n.processes]
+    if execs and all(execs):
+        return "marun execs the one process (supervises it when PID 1)"
+    if any(execs):
+        return "marun execs a node's one process, supervises several"
+    return "marun supervises"
+
+
+def _record_dir(plan: LaunchPlan) -> str | None:
+    """Where result.json and marun-events.log go: nowhere when every node's process is exec'd."""
+    if all(_execs(plan, n) for n in plan.nodes):
+        return None
+    if plan.supervision.record_dir:
+        return plan.supervision.record_dir
+    first = next((n.processes[0] for n in plan.nodes if n.processes), None)
+    return None if first is None else os.path.dirname(first.log)
+
+
 def render_table(plan: LaunchPlan) -> str:
     """Nodes x processes, each with its command, env, cwd and log; then the files written."""
     data = masked_dict(plan)
@@ -111,23 +144,22 @@ def render_table(plan: LaunchPlan) -> str:
         where = f"nodes: {shown}"
     out.append(f"mode: {data['mode']}   {where}   processes: {nprocs}")
     watching = data["supervision"]
-    lone = (
-        "supervised"
-        if watching["always_supervise"] or coord is not None
-        else "exec'd (unless marun is PID 1)"
-    )
-    out.append(
-        f"supervision: grace_period {watching['grace_period']:g}s   "
-        f"max_restarts {watching['max_restarts']}   "
-        f"recovery_wait {watching['recovery_wait']:g}s   "
-        f"console_ranks {','.join(watching['console_ranks']) or 'all'}   "
-        f"lone process {lone}"
-    )
-    if watching["record_dir"]:
+    parts = [f"grace_period {watching['grace_period']:g}s"]
+    if any(p["restart_on_failure"] for n in data["nodes"] for p in n["processes"]):
+        # Only MindSpore recovery restarts anything: elsewhere these two would mean nothing.
+        parts.append(f"max_restarts {watching['max_restarts']}")
+        parts.append(f"recovery_wait {watching['recovery_wait']:g}s")
+    parts.append(f"console_ranks {','.join(watching['console_ranks'])}")
+    parts.append(_how_marun_runs(plan))
+    out.append("supervision: " + "   ".join(parts))
+    record = _record_dir(plan)
+    if record is not None:
         from marun.plan.launch_plan import result_file_name
 
         index = data["nodes"][0]["index"] if shown == 1 else 0
-        out.append(f"{result_file_name(index)}: {watching['record_dir']}")
+        out.append(
+            f"records: {record}/{result_file_name(index)}   events: {record}/marun-events.log"
+        )
     for note in data["notes"]:
         out.append(f"note: {note}")
     if plan.coordination is not None:

@@ -96,7 +96,8 @@ def build_plan(
     notes = plan.notes
     procs = plan.nodes[0].processes if len(plan.nodes) == 1 else ()
     lone = len(procs) == 1 and not procs[0].daemon and not procs[0].restart_on_failure
-    if not all_nodes and not always_supervise and lone and coordination is None:
+    # With --all-nodes too: a one-node job's plan is the same either way, and so is what run does.
+    if not always_supervise and lone and coordination is None:
         notes = (
             *notes,
             f"one process: marun execs it (unless marun is PID 1), so its output goes to "

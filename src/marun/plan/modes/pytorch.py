@@ -166,10 +166,20 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
             )
         return NodePlan(index=node, host=host, processes=tuple(processes))
 
-    if not all_nodes:
-        return LaunchPlan("pytorch", (node_plan(rdzv.node_rank, platform.hostname, True),))
-
     notes: list[str] = []
+    unset = [n for n in SOCKET_IFNAME_VARS if not platform.env.get(n) and n not in ifname_env]
+    if unset and nic.guessed:
+        # Said, not silently skipped: a NIC guessed from the default route would pin gloo/NCCL
+        # to the wrong one (common.socket_ifname_env).
+        notes.append(
+            f"{' and '.join(unset)} not set: no interface of this host holds "
+            f"{' or '.join(hints) or 'a known address'}; gloo and NCCL pick one themselves "
+            "(set nic, --nic, to name it)"
+        )
+    if not all_nodes:
+        this = node_plan(rdzv.node_rank, platform.hostname, True)
+        return LaunchPlan("pytorch", (this,), tuple(notes))
+
     hosts, host_note = _node_hosts(platform, rdzv)
     if host_note and rdzv.nodes > 1:
         notes.append(host_note)
