@@ -167,3 +167,20 @@ def test_the_simulators_own_events_name_the_node_process_not_node_0(job: Path) -
         ln for ln in res.stderr.splitlines() if "process_started" in ln and "process=node1" in ln
     ]
     assert started and all("node=0" not in ln for ln in started), started
+
+
+@pytest.mark.parametrize(("given", "seen"), [(None, "3"), ("1", "1")])
+def test_mindspore_simulation_quietens_the_engine_log_unless_the_user_set_it(
+    tmp_path: Path, given: str | None, seen: str
+) -> None:
+    """MindSpore logs every connection at WARNING (half a small job's console): simulate sets
+    GLOG_v=3 where the user has not set it, and its plan says so."""
+    (tmp_path / "glog.py").write_text("import os\nprint('GLOG_v=' + os.environ['GLOG_v'])\n")
+    res = run_marun(
+        ["simulate", "--mode", "mindspore", "--nodes", "1", "--devices", "1", "--", "glog.py"],
+        env={} if given is None else {"GLOG_v": given},
+        cwd=tmp_path,
+    )
+    assert res.returncode == 0, res.stderr
+    assert re.findall(r"GLOG_v=(\d)$", res.stdout, re.M) == [seen, seen], res.stdout
+    assert ("note: simulate sets GLOG_v=3" in res.stdout) == (given is None), res.stdout

@@ -69,6 +69,18 @@ def _node_env(nodes: int, devices: int, index: int, task: str = "worker") -> dic
     }
 
 
+# The engines' own log levels that simulate quietens where the user has set nothing: MindSpore
+# logs every connection of its dynamic cluster at WARNING (half of a small job's lines).
+# GLOG_v: 0 debug, 1 info, 2 warning (MindSpore's default), 3 error.
+QUIET_ENGINE_LOGS = {"mindspore": {"GLOG_v": "3"}}
+
+
+def quiet_engine_logs(mode: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The quiet defaults for `mode`, less those the user's environment sets."""
+    env = os.environ if env is None else env
+    return {k: v for k, v in QUIET_ENGINE_LOGS.get(mode, {}).items() if k not in env}
+
+
 def rank_table(nodes: int, devices: int) -> dict[str, object]:
     """A server_list (version 1.0) table as the platform mounts it, every server on 127.0.0.1.
     The device addresses are from TEST-NET-1: no NPU exists here, nothing dials them."""
@@ -116,7 +128,11 @@ def containers(
         return [
             Container(
                 f"node{i}",
-                {**_node_env(nodes, devices, i), "MARUN_MS_SCHED_PORT": sched_port},
+                {
+                    **_node_env(nodes, devices, i),
+                    "MARUN_MS_SCHED_PORT": sched_port,
+                    **quiet_engine_logs(mode),
+                },
                 (),
                 cwd,
                 node_dir(i),
@@ -272,6 +288,13 @@ def job_plan(mode: str, platform: Platform, planned: Sequence[Container]) -> Lau
                     seen, files=seen.files + node.files, processes=seen.processes + node.processes
                 )
             )
+    quiet = quiet_engine_logs(mode, platform.env)
+    if quiet:
+        words = " ".join(f"{k}={v}" for k, v in quiet.items())
+        notes[
+            f"simulate sets {words} in every container (the engine's errors only; its own "
+            "default shows every connection as a warning): set it yourself to see more"
+        ] = None
     return LaunchPlan(
         mode,
         tuple(nodes[i] for i in sorted(nodes)),
