@@ -44,6 +44,14 @@ def test_mpi_allreduce_on_three_simulated_hosts(tmp_path: Path) -> None:
     assert sorted(int(r) for r, _ in ranks) == list(range(6))
     assert len({host for _, host in ranks}) == 3
     assert "3/3 hosts ready" in res.stdout
+    # The plan first, as in the other modes (planned on host 0: its own addresses).
+    assert res.stdout.startswith("mode: mpi   nodes: 3   processes: 6\n"), res.stdout[:2000]
+    assert "console_ranks leader,follower" in res.stdout.splitlines()[1]
+    # sshd's chatter (every login and disconnect) is in its log, not on the console; nor are
+    # marun's own events on a clean run.
+    out = res.stdout + res.stderr
+    for noise in ("Accepted publickey", "[preauth]", "Received signal 15", "orphans_reaped"):
+        assert noise not in out, out[-4000:]
     assert _namespaces() == before  # every simulated host torn down
     left = subprocess.run(
         ["pgrep", "-f", str(tmp_path)], capture_output=True, text=True, check=False

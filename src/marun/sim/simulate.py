@@ -27,10 +27,14 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from marun.errors import InputError, bad_value
 from marun.inputs.injected import Platform
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec, Supervision
+
+if TYPE_CHECKING:
+    from marun.sim.netns import NetnsCluster
 
 SIM_MODES = ("pytorch", "mindspore", "tensorflow", "ascend")
 JOB = "marun-sim"
@@ -322,7 +326,11 @@ def outer_supervision(platform: Platform, sim_dir: str, fail_fast: bool = True) 
 
 
 def run_mpi_simulation(
-    platform: Platform, nodes: int, devices: int, marun_options: Sequence[str]
+    platform: Platform,
+    nodes: int,
+    devices: int,
+    marun_options: Sequence[str],
+    show_plan: bool = True,
 ) -> int:
     """MPI on simulated hosts: one network namespace per node (its own address, host name,
     /etc/hosts naming every node as the platform does, /run and /dev/shm), a Volcano-style ssh
@@ -340,7 +348,7 @@ def run_mpi_simulation(
     if reason:
         raise InputError(
             f"simulate --mode mpi builds one network namespace per node: {reason}; run it as "
-            "root (sudo), or simulate the job in another mode"
+            "root, or simulate the job in another mode"
         )
     from marun._files import private_dir
     from marun.mpi.ssh_keys import generate_key, write_authorized_keys
@@ -375,9 +383,20 @@ def run_mpi_simulation(
                 "TMPDIR": str(host / "tmp"),
                 "MARUN_SHARED_CONSOLE": "1",
             }
+            if not platform.settings.console_ranks:
+                # sshd's own lines (every login, every disconnect) go to its log only; the
+                # ranks' output comes through the leader, the followers say how they wait.
+                marun_options = (*marun_options, "--console-ranks", "leader,follower")
+            options = (
+                "--supervise",
+                "--log-dir",
+                os.path.join(sim_dir, f"node{i}"),
+                *marun_options,
+            )
+            if i == 0 and show_plan:
+                _show_mpi_plan(cluster, platform, env, options)
             inner = (
-                platform.python, "-m", "marun", "run", "--mode", "mpi", "--supervise",
-                "--log-dir", os.path.join(sim_dir, f"node{i}"), *marun_options,
+                platform.python, "-m", "marun", "run", "--mode", "mpi", *options,
                 "--", *script_words(platform),
             )  # fmt: skip
             processes.append(
@@ -396,6 +415,24 @@ def run_mpi_simulation(
             supervision=watching,
         )
         return execute(plan)
+
+
+def _show_mpi_plan(
+    cluster: NetnsCluster, platform: Platform, env: Mapping[str, str], run_options: Sequence[str]
+) -> None:
+    """The simulated MPI job's plan, before anything starts, as the other modes show theirs:
+    `marun plan --all-nodes` on host 0, so its addresses and interfaces are the simulated
+    host's own."""
+    import sys
+
+    argv = (
+        platform.python, "-m", "marun", "plan", "--mode", "mpi", "--all-nodes", "--format",
+        "table", *run_options, "--", *script_words(platform),
+    )  # fmt: skip
+    res = cluster.run(0, argv, {**os.environ, **env}, timeout=120, cwd=platform.cwd)
+    sys.stdout.write(res.stdout + "\n")
+    sys.stdout.flush()
+    sys.stderr.write(res.stderr)  # a refusal: the run below says it again, and ends
 
 
 @dataclass(frozen=True)
@@ -442,7 +479,9 @@ def simulate(request: SimulateRequest) -> int:
     platform = read_platform(list(request.command), env, cwd, settings)
     options = inner_options(request, platform)
     if request.mode == "mpi":
-        return run_mpi_simulation(platform, request.nodes, request.devices, options)
+        return run_mpi_simulation(
+            platform, request.nodes, request.devices, options, request.show_plan
+        )
     outer, planned, sim_dir = simulation_plan(
         platform, request.mode, request.nodes, request.devices, options
     )
