@@ -1,7 +1,9 @@
 """A start file with no framework: print what marun handed this process, then exit.
 
-Run it through marun on a laptop to see the plan come alive, e.g.
-    marun simulate --nodes 2 --devices 2 --mode pytorch -- examples/hello.py
+Run it through marun on a laptop to see the plan come alive (after `pip install .`):
+
+    marun simulate --mode pytorch --nodes 2 --devices 2 -- examples/hello.py
+
 Each process prints one line with its host, pid and every rank variable it was given.
 """
 

@@ -7,7 +7,12 @@ cluster and ends the process once the workers are done. Each worker does one All
 few data-parallel steps on a tiny model, and prints the reduced sum and a checksum of its final
 weights: every rank must print the same two numbers.
 
-    marun run --mode mindspore -- examples/mindspore_cluster.py [--steps N]
+On the platform the start command is `marun run --mode mindspore -- mindspore_cluster.py
+[--steps N]`. Here, with MindSpore importable by marun's interpreter (`bash scripts/frameworks.sh
+mindspore` makes that venv; docs/engines/mindspore.md):
+
+    .cache/venvs/mindspore/bin/marun simulate --mode mindspore --nodes 2 --devices 2 \
+        -- examples/mindspore_cluster.py
 """
 
 from __future__ import annotations

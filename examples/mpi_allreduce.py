@@ -3,7 +3,11 @@
 mpirun starts it on every host; each rank prints its host name and the sum of all ranks' values,
 which must equal size * (size + 1) / 2 on every rank.
 
-    marun run --mode mpi -- examples/mpi_allreduce.py
+On the platform the start command is `marun run --mode mpi -- mpi_allreduce.py`. Here, as root,
+with mpi4py importable by marun's interpreter (`bash scripts/frameworks.sh mpi`; docs/mpi.md):
+
+    .cache/venvs/mpi/bin/marun simulate --mode mpi --nodes 3 --devices 2 \
+        -- examples/mpi_allreduce.py
 """
 
 from __future__ import annotations

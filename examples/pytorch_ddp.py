@@ -5,7 +5,12 @@ WORLD_SIZE, LOCAL_RANK, ... set, so the script only calls `init_process_group("g
 one all-reduce, then trains a tiny model for a few steps and prints, per rank, the all-reduced sum
 and a checksum of the final weights: every rank must print the same two numbers.
 
-    marun run --mode pytorch -- examples/pytorch_ddp.py [--steps N]
+On the platform the start command is `marun run --mode pytorch -- pytorch_ddp.py [--steps N]`
+(the platform appends --init_method). Here, with PyTorch importable by marun's interpreter
+(`bash scripts/frameworks.sh torch`; docs/engines/pytorch.md):
+
+    .cache/venvs/torch/bin/marun simulate --mode pytorch --nodes 2 --devices 2 \
+        -- examples/pytorch_ddp.py
 """
 
 from __future__ import annotations

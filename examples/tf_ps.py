@@ -5,7 +5,12 @@ marun builds TF_CONFIG for each container from the platform's appended `--task_i
 worker tasks run a `tf.distribute.Server` and block until the launcher stops them (they never
 end by themselves); the chief coordinates a few training steps on the workers and exits 0.
 
-    marun run --mode tensorflow --tf-chief -- examples/tf_ps.py [--steps N]
+On the platform the start command is `marun run --mode tensorflow --tf-chief -- tf_ps.py
+[--steps N]`. Here, with TensorFlow importable by marun's interpreter (`bash
+scripts/frameworks.sh tensorflow`; docs/engines/tensorflow.md):
+
+    .cache/venvs/tensorflow/bin/marun simulate --mode tensorflow --tf-chief --nodes 2 \
+        -- examples/tf_ps.py
 """
 
 from __future__ import annotations
