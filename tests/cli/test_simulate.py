@@ -184,3 +184,35 @@ def test_mindspore_simulation_quietens_the_engine_log_unless_the_user_set_it(
     assert res.returncode == 0, res.stderr
     assert re.findall(r"GLOG_v=(\d)$", res.stdout, re.M) == [seen, seen], res.stdout
     assert ("note: simulate sets GLOG_v=3" in res.stdout) == (given is None), res.stdout
+
+
+def test_a_missing_import_prints_its_traceback_once_beyond_the_ranks_own_output(
+    tmp_path: Path,
+) -> None:
+    """One rank's missing import, 2 nodes x 2 ranks: each rank's own output (prefixed), then
+    the job's first failure once with its last lines, one line per other process, and no event
+    lines of marun's on the console (they are in marun-events.log)."""
+    (tmp_path / "bad.py").write_text(
+        "import os, time\n"
+        "if os.environ['RANK'] == '2':\n"
+        "    import no_such_module_here\n"
+        "time.sleep(60)\n"
+    )
+    res = run_marun(
+        ["simulate", "--mode", "pytorch", "--no-show-plan", "--grace-period", "5", "--", "bad.py"],
+        cwd=tmp_path,
+        timeout=90,
+    )
+    out = res.stdout + res.stderr
+    assert res.returncode == 1, out
+    assert out.count("ModuleNotFoundError") == 2, out  # the rank's own line, the summary's
+    assert out.count("| ModuleNotFoundError") == 1, out
+    assert out.count("last lines of its output:") == 1, out
+    assert "Root Cause" not in out and "[info" not in out and "job_failed" not in out, out
+    assert "(rank None)" not in out and "rank -" not in out, out
+    for other in ("rank0 (rank 0): ", "rank1 (rank 1): ", "rank3 (rank 3): "):
+        assert out.count(other) == 1, out
+    print(f"a missing import in a 2x2 simulation: {len(out.splitlines())} console lines")
+    assert len(out.splitlines()) < 40, out
+    events = tmp_path / "marun_logs" / "simulate" / "node1" / "marun-events.log"
+    assert "process_started" in events.read_text()
