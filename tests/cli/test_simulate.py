@@ -216,3 +216,11 @@ def test_a_missing_import_prints_its_traceback_once_beyond_the_ranks_own_output(
     assert len(out.splitlines()) < 40, out
     events = tmp_path / "marun_logs" / "simulate" / "node1" / "marun-events.log"
     assert "process_started" in events.read_text()
+    # The coordinator (node 0) names the failed node apart from its own, and no empty why.
+    stops = [
+        line
+        for line in (events.parent.parent / "node0" / "marun-events.log").read_text().splitlines()
+        if "job_stop" in line and "code=1" in line
+    ]
+    assert any("failed_node=1" in line for line in stops), stops
+    assert all("why=None" not in line for line in stops), stops

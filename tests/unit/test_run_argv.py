@@ -55,6 +55,7 @@ WELL_FORMED = [
     ["--grace-period", "1", "--grace-period", "2", "-", "-x"],
     [],
     ["--supervise"],
+    ["--verbose", "--supervise", "t.py"],
 ]
 
 
