@@ -52,6 +52,14 @@ def test_mpi_allreduce_on_three_simulated_hosts(tmp_path: Path) -> None:
     out = res.stdout + res.stderr
     for noise in ("Accepted publickey", "[preauth]", "Received signal 15", "orphans_reaped"):
         assert noise not in out, out[-4000:]
+    started = [
+        line
+        for line in (tmp_path / "marun_logs" / "simulate" / "marun-events.log")
+        .read_text()
+        .splitlines()
+        if "process_started" in line
+    ]
+    assert len(started) == 3 and all(ln.count("'--console-ranks'") == 1 for ln in started), started
     assert _namespaces() == before  # every simulated host torn down
     left = subprocess.run(
         ["pgrep", "-f", str(tmp_path)], capture_output=True, text=True, check=False

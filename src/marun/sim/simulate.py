@@ -367,6 +367,10 @@ def run_mpi_simulation(
     write_authorized_keys([key + ".pub"], os.path.join(ssh_dir, "authorized_keys"))
     hosts_dir = os.path.join(sim_dir, "hosts")
     os.makedirs(hosts_dir, exist_ok=True)
+    if not platform.settings.console_ranks:
+        # sshd's own lines (every login, every disconnect) go to its log only; the ranks'
+        # output comes through the leader, and the followers say how they wait.
+        marun_options = (*marun_options, "--console-ranks", "leader,follower")
     with NetnsCluster(nodes, job=JOB, task="worker", workdir=Path(hosts_dir)) as cluster:
         processes = []
         for i in range(nodes):
@@ -383,10 +387,6 @@ def run_mpi_simulation(
                 "TMPDIR": str(host / "tmp"),
                 "MARUN_SHARED_CONSOLE": "1",
             }
-            if not platform.settings.console_ranks:
-                # sshd's own lines (every login, every disconnect) go to its log only; the
-                # ranks' output comes through the leader, the followers say how they wait.
-                marun_options = (*marun_options, "--console-ranks", "leader,follower")
             options = (
                 "--supervise",
                 "--log-dir",
