@@ -179,6 +179,10 @@ def coordination_for(mode: str, platform: Platform, plan: LaunchPlan) -> Coordin
     """This node's coordination section, or None (MPI, one node, or a whole-job plan)."""
     if mode == "mpi" or len(plan.nodes) != 1 or platform.settings.job_port == 0:
         return None  # job_port 0: the user turned coordination off
+    from marun.inputs.ranktable import still_initializing
+
+    if platform.dry_run and still_initializing(platform):
+        return None  # the table gives the job's layout; a dry run does not wait for it
     host, nodes, leader, slots, slot = _layout(mode, platform, plan)
     if nodes <= 1:
         # One node, even with one marun per device (Ascend per device): the job is this node;

@@ -67,7 +67,7 @@ from marun.inputs.injected import Platform
 from marun.inputs.nic import Nic, choose_nic
 from marun.inputs.numbers import MAX_SECONDS, PORT_MAX, parse_int, parse_port
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
-from marun.plan.modes.common import log_dir, script_argv, socket_ifname_env
+from marun.plan.modes.common import log_dir, pending_table_plan, script_argv, socket_ifname_env
 from marun.plan.modes.mindspore_ps import server_num, with_servers
 from marun.plan.modes.mindspore_tls import plan_tls, with_tls
 
@@ -281,13 +281,18 @@ def _server_address(server: Server) -> str | None:
 def _from_rank_table(
     platform: Platform, all_nodes: bool, override: str | None, raw_path: str
 ) -> _Layout:
-    from marun.inputs.ranktable import load_platform_rank_table, rank_id_from_env, this_server_index
+    from marun.inputs.ranktable import (
+        layout_notes,
+        load_platform_rank_table,
+        rank_id_from_env,
+        this_server_index,
+    )
 
     table = load_platform_rank_table(platform, raw_path)
     servers = table.servers
     own_rank = rank_id_from_env(platform, table)
     per_device = own_rank is not None and not platform.settings.per_node
-    notes: list[str] = []
+    notes: list[str] = layout_notes(table)
     this_index: int | None
     try:
         this_index = this_server_index(platform, table)
@@ -437,7 +442,13 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     override = _sched_host_override(platform)
     rank_table = _given(platform, "RANK_TABLE_FILE")
     if rank_table is not None:
-        layout = _from_rank_table(platform, all_nodes, override, rank_table)
+        from marun.inputs.ranktable import RankTableNotReady
+
+        try:
+            layout = _from_rank_table(platform, all_nodes, override, rank_table)
+        except RankTableNotReady:  # a dry run: marun plan never waits
+            then = "the scheduler and one worker per device"
+            return pending_table_plan(MODE, platform, rank_table, then)
     else:
         layout = _from_node_variables(platform, all_nodes, override)
     nodes = tuple(
