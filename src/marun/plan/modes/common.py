@@ -35,7 +35,9 @@ def socket_ifname_env(platform: Platform, nic: Nic, names: tuple[str, ...]) -> d
     where it would have found the right one by itself."""
     if nic.guessed:
         return {}
-    return {name: nic.name for name in names if not platform.env.get(name)}
+    # NCCL, Gloo and HCCL each take a comma-separated list: a configured list goes as this
+    # node's interfaces of it.
+    return {name: nic.local_ifname for name in names if not platform.env.get(name)}
 
 
 def supervision(platform: Platform, always_supervise: bool = False) -> Supervision:
