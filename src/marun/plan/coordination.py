@@ -137,9 +137,9 @@ def _layout(mode: str, platform: Platform, plan: LaunchPlan) -> tuple[str, int, 
         # The containers in the plan's order (ps, chief, workers); the leader is the first that
         # is not a parameter server, which ends with the job rather than on its own.
         from marun.inputs.tf_hosts import split_address
-        from marun.plan.modes.tensorflow import FLAGS, _read_job, build_cluster
+        from marun.plan.modes.tensorflow import _read_job, build_cluster, has_cluster
 
-        if not any(flag in platform.appended for flag in FLAGS):
+        if not has_cluster(platform):  # appended flags, or TF_PS_HOSTS / TF_WORKER_HOSTS
             return platform.hostname, 1, 0, 1, 0
         _, _, ps, workers = _read_job(platform)
         if node.processes and node.processes[0].role == "evaluator":

@@ -31,16 +31,22 @@ MODES = tuple(PLANNERS)
 
 def detect_mode(platform: Platform) -> str:
     """`auto`: a rank table means ascend, an appended --init_method pytorch, appended
-    --ps_hosts/--worker_hosts tensorflow; anything else must be named."""
+    --ps_hosts/--worker_hosts (or TF_WORKER_HOSTS/TF_PS_HOSTS) tensorflow; anything else must be
+    named."""
     if platform.env.get("RANK_TABLE_FILE"):
         return "ascend"
     if "init_method" in platform.appended:
         return "pytorch"
     if "ps_hosts" in platform.appended or "worker_hosts" in platform.appended:
         return "tensorflow"
+    if (
+        platform.env.get("TF_WORKER_HOSTS", "").strip()
+        or platform.env.get("TF_PS_HOSTS", "").strip()
+    ):
+        return "tensorflow"  # the variables the platform makes the appended lists from
     raise InputError(
         "--mode auto: found no RANK_TABLE_FILE, no appended --init_method and no appended "
-        "--ps_hosts/--worker_hosts; expected --mode one of " + ", ".join(MODES)
+        "--ps_hosts/--worker_hosts nor TF_WORKER_HOSTS; expected --mode one of " + ", ".join(MODES)
     )
 
 
