@@ -68,6 +68,7 @@ from marun.inputs.nic import Nic, choose_nic
 from marun.inputs.numbers import MAX_SECONDS, PORT_MAX, parse_int, parse_port
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
 from marun.plan.modes.common import log_dir, pending_table_plan, script_argv, socket_ifname_env
+from marun.plan.modes.mindspore_notes import hccl_cm_init_notes, recovery_notes
 from marun.plan.modes.mindspore_ps import server_num, with_servers
 from marun.plan.modes.mindspore_tls import plan_tls, with_tls
 
@@ -107,6 +108,7 @@ class _Layout:
     sched_host: str
     worker_num: int
     notes: tuple[str, ...] = ()
+    node_count: int = 1  # nodes in the whole job
 
 
 # -- MindSpore's own variables, as the environment gives them -----------------------------------
@@ -263,7 +265,7 @@ def _from_node_variables(platform: Platform, all_nodes: bool, override: str | No
         )
         for n in planned
     )
-    return _Layout(nodes, index, nic, sched_host, count * local, notes)
+    return _Layout(nodes, index, nic, sched_host, count * local, notes, count)
 
 
 # -- the layout from an Ascend rank table --------------------------------------------------------
@@ -362,7 +364,9 @@ def _from_rank_table(
                 scheduler=scheduler,
             )
         )
-    return _Layout(tuple(nodes), this_index, nic, sched_host, table.rank_size, tuple(notes))
+    return _Layout(
+        tuple(nodes), this_index, nic, sched_host, table.rank_size, tuple(notes), len(servers)
+    )
 
 
 # -- processes -----------------------------------------------------------------------------------
@@ -462,7 +466,11 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
         )
         for node in layout.nodes
     )
-    notes = inherited + layout.notes + (tls.notes if tls is not None else ())
+    cpu_only = rank_table is None and platform.env.get("MA_NUM_GPUS", "").strip() == "0"
+    framework = hccl_cm_init_notes(platform) + recovery_notes(
+        platform, dict(cluster.recovery), layout.node_count, cpu_only
+    )
+    notes = inherited + layout.notes + framework + (tls.notes if tls is not None else ())
     return LaunchPlan(mode=MODE, nodes=nodes, notes=notes)
 
 
