@@ -157,13 +157,13 @@ def _layout(mode: str, platform: Platform, plan: LaunchPlan) -> tuple[str, int, 
 
         table = load_platform_rank_table(platform, platform.env["RANK_TABLE_FILE"])
         count = len(table.servers)
-        workers = [p.rank for p in node.processes if p.role == "worker"]
-        if not plans_per_device(mode, platform) or not workers:
+        ranks = [p.rank for p in node.processes if p.role == "worker"]
+        if not plans_per_device(mode, platform) or not ranks:
             return sched, count, 0, 1, 0
         # One marun per device (the platform's once-per-device starts): each is a slot of its
         # server, by its worker's place among the server's devices, as in ascend mode.
         server = table.servers[node.index]
-        slot = next((i for i, d in enumerate(server.devices) if d.rank == workers[0]), 0)
+        slot = next((i for i, d in enumerate(server.devices) if d.rank == ranks[0]), 0)
         return sched, count, 0, len(server.devices), slot
     if mode == "ascend":
         import os
