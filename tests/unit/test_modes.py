@@ -19,7 +19,7 @@ def test_cli_modes_are_the_planners() -> None:
 def test_the_fast_run_parser_knows_every_mode() -> None:
     from marun.run_argv import MODE_VALUES
 
-    assert MODE_VALUES == ("auto", *MODES)
+    assert ("auto", *MODES) == MODE_VALUES
 
 
 def test_every_planner_is_a_module_with_a_plan_function() -> None:
