@@ -127,8 +127,8 @@ for pkg in podman runc debootstrap uidmap; do
 done
 if ((${#need[@]})); then
     say "installing ${need[*]} from Debian"
-    has_candidate podman || run apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive run apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    has_candidate podman || run bash "$REPO/scripts/apt-get.sh" update -qq
+    DEBIAN_FRONTEND=noninteractive run bash "$REPO/scripts/apt-get.sh" install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 podman_env
 
@@ -179,7 +179,7 @@ write_context "$ctx" "$pyver"
 mkdir -p "$ctx/debs/partial"
 # What the base lacks of OpenMPI and openssh-server: the host's apt (the same Debian release)
 # computes it against the rootfs's package database and downloads it.
-has_candidate openmpi-bin || run apt-get update -qq
+has_candidate openmpi-bin || run bash "$REPO/scripts/apt-get.sh" update -qq
 apt-get install -y -qq --download-only --no-install-recommends \
     -o Dir::Cache::archives="$ctx/debs" -o Dir::State::status="$rootfs/var/lib/dpkg/status" \
     -o Debug::NoLocking=1 "${MPI_DEBS[@]}" >/dev/null

@@ -404,7 +404,8 @@ def test_run_fails_on_a_table_that_never_completes_after_the_timeout(script: Pat
     [
         ("ascend", {"RANK_ID": "3"}, "then plans rank 3's process on its device from it"),
         ("ascend", {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "1"}, "one process per device"),
-        ("mindspore", {"RANK_ID": "0"}, "the scheduler and one worker per device"),
+        ("mindspore", {"RANK_ID": "2"}, "then plans rank 2's worker (on rank 0 the scheduler"),
+        ("mindspore", {"VC_TASK_INDEX": "0"}, "the scheduler and one worker per device"),
         ("auto", {"RANK_ID": "0", "MARUN_PER_NODE": "1"}, "one process per device"),
     ],
 )

@@ -35,6 +35,7 @@ from marun.inputs.ranktable import (
     Server,
     layout_notes,
     load_platform_rank_table,
+    plans_per_device,
     rank_id_from_env,
     this_server_index,
 )
@@ -107,7 +108,7 @@ def _process(
 
 def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     argv = script_argv(platform)  # before the wait on the table: a missing script fails at once
-    per_device = not platform.settings.per_node
+    per_device = plans_per_device(MODE, platform)
     raw_table = _table_path(platform)
     try:
         table = load_platform_rank_table(platform, raw_table)

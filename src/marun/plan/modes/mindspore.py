@@ -286,6 +286,7 @@ def _from_rank_table(
     from marun.inputs.ranktable import (
         layout_notes,
         load_platform_rank_table,
+        plans_per_device,
         rank_id_from_env,
         this_server_index,
     )
@@ -293,7 +294,7 @@ def _from_rank_table(
     table = load_platform_rank_table(platform, raw_path)
     servers = table.servers
     own_rank = rank_id_from_env(platform, table)
-    per_device = own_rank is not None and not platform.settings.per_node
+    per_device = plans_per_device(MODE, platform)
     notes: list[str] = layout_notes(table)
     this_index: int | None
     try:
@@ -446,12 +447,16 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     override = _sched_host_override(platform)
     rank_table = _given(platform, "RANK_TABLE_FILE")
     if rank_table is not None:
-        from marun.inputs.ranktable import RankTableNotReady
+        from marun.inputs.ranktable import RankTableNotReady, plans_per_device
 
         try:
             layout = _from_rank_table(platform, all_nodes, override, rank_table)
         except RankTableNotReady:  # a dry run: marun plan never waits
             then = "the scheduler and one worker per device"
+            if plans_per_device(MODE, platform) and not all_nodes:
+                then = (
+                    f"rank {platform.env['RANK_ID'].strip()}'s worker (on rank 0 the scheduler too)"
+                )
             return pending_table_plan(MODE, platform, rank_table, then)
     else:
         layout = _from_node_variables(platform, all_nodes, override)
