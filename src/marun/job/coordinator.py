@@ -3,26 +3,49 @@ reports to. It counts arrivals and opens the start barrier, turns the first fail
 a stop sent to every node, declares a node that went silent for peer_timeout failed, watches for
 a job-wide hang, and gathers each node's end for job.json.
 
-Messages in (member -> coordinator): hello {nonce}, hb {idle}, failure {failure}, stacks {text}, end
-{outcome, exit_code}. Out: challenge {nonce} (first, on every connection), welcome, start, hb,
-dump, stop {code, failure}, done {code}. Replay protection: marun.job.protocol.
+Messages in (member -> coordinator): hello {nonce, instance, leader, started}, hb {idle, cpu},
+failure {failure}, stacks {text}, end {outcome, exit_code}. Out: challenge {nonce, instance}
+(first, on every connection), welcome {instance}, start, hb, dump, stop {code, failure}, done
+{code}, refused {why} (then the connection is closed). Replay protection: marun.job.protocol.
+
+Nothing that arrives on the port may end this thread: every line goes through protocol.decode
+(which refuses whatever is not a well-typed message of this job), and the loop catches anything
+unexpected, logs it with its traceback and goes on (marun.job.limits bounds what the network
+may cost it).
+
+Who is who: `instance` is a fresh nonce of each marun process (node 0's is the coordinator's).
+A member that says hello with another instance than the one its node had is a new marun on
+that node: `_came_back` decides what that means (before the start: the pod was recreated,
+welcome; after it: a failure of the job, until part 14's restart rounds make it a rejoin).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import selectors
 import socket
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from marun.job.limits import (
+    HELLO_WAIT,
+    RefusalLog,
+    Reserve,
+    per_source_limit,
+    total_limit,
+)
 from marun.job.protocol import (
+    MAX_HELLO_LINE,
+    MAX_LINE,
     LineBuffer,
     ProtocolError,
+    clean_failure,
     decode,
     encode,
     fresh,
@@ -42,7 +65,8 @@ _DUMP_WAIT = 15.0  # seconds the watchdog waits for every node's stacks
 class _Conn:
     sock: socket.socket
     address: str
-    buf: LineBuffer = field(default_factory=LineBuffer)
+    opened: float = field(default_factory=time.monotonic)
+    buf: LineBuffer = field(default_factory=lambda: LineBuffer(MAX_HELLO_LINE))
     member: tuple[int, int] | None = None
     nonce: str = field(default_factory=new_nonce)  # ours: every line in must name it
     peer_nonce: str | None = None  # the member's, from its hello: every line out names it
@@ -58,8 +82,11 @@ class MemberState:
     address: str
     arrived: float  # wall clock
     last_seen: float  # monotonic
+    instance: str = ""  # its marun process's (a new one: that node's marun was restarted)
+    last_seen_wall: float = 0.0  # wall clock of last_seen: when a lost node ended, for job.json
     conn: _Conn | None = None
     idle: float = 0.0  # seconds without a rank's line, as of its last heartbeat
+    cpu: float | None = None  # CPU seconds its ranks have used, as of its last heartbeat
     daemons_only: bool = False
     ended: float | None = None
     outcome: str | None = None
@@ -88,6 +115,10 @@ class Coordinator:
         self._server.listen(64)
         self._server.setblocking(False)
         self._sel.register(self._server, selectors.EVENT_READ, None)
+        self._reserve = Reserve()
+        self._refusals = RefusalLog(self._log)
+        self.instance = new_nonce()  # this coordinator's: a restarted node 0 has another
+        self.errors = 0  # unexpected exceptions caught by the loop (logged each)
         self._conns: set[_Conn] = set()
         self.members: dict[tuple[int, int], MemberState] = {}
         self.started_at = time.time()
@@ -97,7 +128,6 @@ class Coordinator:
         self.first_failure: dict[str, Any] | None = None
         self.exit_code: int | None = None
         self.done_sent = False
-        self.refused = 0
         self._allowed: set[str] | None = None
         self._allowed_at = 0.0
         self._last_hb = 0.0
@@ -108,6 +138,10 @@ class Coordinator:
     @property
     def expected(self) -> int:
         return self.coord.nodes * self.coord.slots
+
+    @property
+    def refused(self) -> int:
+        return self._refusals.total
 
     def start(self) -> Coordinator:
         self._thread.start()
@@ -125,12 +159,19 @@ class Coordinator:
         try:
             while True:
                 for key, _ in self._sel.select(_TICK):
-                    if key.data is None:
-                        self._accept()
-                    else:
-                        self._read(key.data)
-                with self._lock:
-                    self._tick()
+                    conn = key.data
+                    try:
+                        if conn is None:
+                            self._accept()
+                        else:
+                            self._read(conn)
+                    except Exception as exc:  # nothing from the port ends the job
+                        self._unexpected(exc, conn)
+                try:
+                    with self._lock:
+                        self._tick()
+                except Exception as exc:
+                    self._unexpected(exc, None)
                 if self._closing:
                     closing_since = closing_since or time.monotonic()
                     live = [c for c in self._conns if c.member is not None]
@@ -143,21 +184,62 @@ class Coordinator:
                 self._sel.unregister(self._server)
             self._server.close()
             self._sel.close()
+            self._reserve.close()
+
+    def _unexpected(self, exc: Exception, conn: _Conn | None) -> None:
+        """A bug, or something no test thought of: logged whole; the connection it came on is
+        dropped; the job goes on."""
+        self.errors += 1
+        self._log(
+            "job_coordinator_error",
+            "error",
+            source=conn.address if conn is not None else None,
+            error=f"{type(exc).__name__}: {exc}"[:300],
+            traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[
+                -4000:
+            ],
+        )
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                self._drop(conn)
 
     def _accept(self) -> None:
         try:
             sock, peer = self._server.accept()
-        except OSError:
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                self._out_of_descriptors()
             return
-        sock.setblocking(False)
         conn = _Conn(sock, str(peer[0]))
         if not self._address_allowed(conn.address):
             self._refuse(conn, "not from one of the job's hosts")
             sock.close()
             return
+        mine = sum(1 for c in self._conns if c.address == conn.address)
+        if len(self._conns) >= total_limit(self.expected):
+            self._refuse(conn, f"too many connections ({len(self._conns)} open)")
+            sock.close()
+            return
+        if mine >= per_source_limit(self.expected):
+            self._refuse(conn, f"too many connections from this address ({mine} open)")
+            sock.close()
+            return
+        sock.setblocking(False)
         self._conns.add(conn)
         self._sel.register(sock, selectors.EVENT_READ, conn)
-        self._send_conn(conn, "challenge", nonce=conn.nonce)
+        self._send_conn(conn, "challenge", nonce=conn.nonce, instance=self.instance)
+
+    def _out_of_descriptors(self) -> None:
+        """The process has no descriptor left: take the waiting connection with the reserve one
+        and close it at once (else the listening socket stays readable and the loop spins)."""
+        with self._reserve.released():
+            try:
+                sock, peer = self._server.accept()
+            except OSError:
+                time.sleep(_TICK)  # still none: let the rest of the process free some
+                return
+            sock.close()
+        self._refusals.refuse(str(peer[0]), "no file descriptor left (too many open files)")
 
     def _read(self, conn: _Conn) -> None:
         try:
@@ -176,6 +258,8 @@ class Coordinator:
             self._drop(conn)
             return
         for line in lines:
+            if conn not in self._conns:
+                return  # dropped by the line before
             try:
                 body = decode(self._secret, self.coord.job, line)
                 conn.seq_in = fresh(body, conn.nonce, conn.seq_in)
@@ -201,8 +285,15 @@ class Coordinator:
                 member.conn = None  # silent from now on: peer_timeout counts
 
     def _refuse(self, conn: _Conn, why: str) -> None:
-        self.refused += 1
-        self._log("job_message_refused", "warning", source=conn.address, reason=why)
+        self._refusals.refuse(conn.address, why)
+
+    def _turn_away(self, conn: _Conn, why: str) -> None:
+        """A hello refused with a reason the member logs (another job's marun, a second marun
+        for a node): one line on each side, and the connection closed."""
+        self._refuse(conn, why)
+        if conn.peer_nonce is not None:
+            self._send_conn(conn, "refused", why=why)
+        self._drop(conn)
 
     # -- who may talk to us -----------------------------------------------------------------
 
@@ -225,35 +316,85 @@ class Coordinator:
         kind = body["type"]
         if kind == "hello":
             if not (0 <= key[0] < self.coord.nodes and 0 <= key[1] < self.coord.slots):
-                self._refuse(conn, f"node {key[0]} slot {key[1]} is not part of this job")
+                self._turn_away(conn, f"node {key[0]} slot {key[1]} is not part of this job")
+                return
+            if conn.member is not None:
+                self._refuse(conn, "a second hello on one connection")
+                self._drop(conn)
                 return
             self._hello(conn, key, body)
             return
-        if conn.member != key:
+        if conn.member != key or key not in self.members:
             self._refuse(conn, f"{kind} before hello")
+            self._drop(conn)
             return
         member = self.members[key]
         member.last_seen = time.monotonic()
+        member.last_seen_wall = time.time()
         if kind == "hb":
-            member.idle = float(body.get("idle", 0.0))
+            member.idle = max(0.0, float(body.get("idle", 0.0)))
+            cpu = body.get("cpu")
+            member.cpu = None if cpu is None else float(cpu)
         elif kind == "failure":
-            self._failure(dict(body.get("failure") or {}))
+            self._failure(clean_failure(body.get("failure") or {}))
         elif kind == "stacks":
             member.stacks = str(body.get("text", ""))
         elif kind == "end":
             member.ended = time.time()
-            member.outcome = str(body.get("outcome"))
+            member.outcome = str(body.get("outcome"))[:40]
             member.exit_code = int(body.get("exit_code", 0))
+            if not self.start_sent and self.stopped is None:
+                # It ended before the job started (its marun was stopped while waiting): the
+                # job cannot start without it.
+                code = member.exit_code or LOST_EXIT
+                self._stop(
+                    code,
+                    {
+                        "node": key[0],
+                        "host": member.host,
+                        "exit_code": code,
+                        "why": f"node {key[0]} ({member.host}) left before the start "
+                        f"({member.outcome}, exit code {member.exit_code})",
+                    },
+                )
 
     def _hello(self, conn: _Conn, key: tuple[int, int], body: dict[str, Any]) -> None:
-        conn.member = key
+        instance = str(body.get("instance", ""))
         old = self.members.get(key)
         now = time.monotonic()
+        if (
+            body.get("started") is True
+            and not self.start_sent
+            and str(body.get("leader", "")) != self.instance
+        ):
+            # Its job started under another coordinator: this node 0's marun is a new one.
+            conn.member = key
+            self._came_back(conn, key, body, None, leader=True)
+            return
+        if old is not None and old.instance and instance != old.instance:
+            talking = old.conn is not None and now - old.last_seen < 3 * HEARTBEAT
+            if talking and old.conn is not conn:
+                # The node's marun is alive and talking: this one is somebody else's (another
+                # job's with the same id and secret, or a second marun started by hand).
+                self._turn_away(
+                    conn,
+                    f"node {key[0]} slot {key[1]} is here already (its marun talks on another "
+                    f"connection): this marun belongs to another job, or is one too many",
+                )
+                return
+            conn.member = key
+            self._came_back(conn, key, body, old, leader=False)
+            if self.stopped is not None or old.instance != instance:
+                return
+        conn.member = key
+        conn.buf.limit = MAX_LINE  # a member of the job: stacks may follow
+        old = self.members.get(key)
         if old is not None:
             if old.conn is not None and old.conn is not conn:
                 self._drop(old.conn)
             old.conn = conn
             old.last_seen = now
+            old.last_seen_wall = time.time()
             member = old
         else:
             member = MemberState(
@@ -263,6 +404,8 @@ class Coordinator:
                 address=conn.address,
                 arrived=time.time(),
                 last_seen=now,
+                instance=instance,
+                last_seen_wall=time.time(),
                 conn=conn,
                 daemons_only=bool(body.get("daemons_only", False)),
             )
@@ -275,7 +418,7 @@ class Coordinator:
             ]
             if key[0] in complete:  # this node's last device just arrived
                 self._announce(f"marun: {len(complete)}/{self.coord.nodes} nodes up")
-        self._send(member, "welcome")
+        self._send(member, "welcome", instance=self.instance)
         if self.stopped is not None:
             self._send(member, "stop", **self.stopped)
         elif self.start_sent:
@@ -285,11 +428,55 @@ class Coordinator:
             self._log("job_start", nodes=self.coord.nodes)
             self._broadcast("start")
 
+    def _came_back(
+        self,
+        conn: _Conn,
+        key: tuple[int, int],
+        body: dict[str, Any],
+        old: MemberState | None,
+        *,
+        leader: bool,
+    ) -> None:
+        """A node's marun that is not the one the job had: `old` is the node's earlier one
+        (None, `leader`: node 0's is the new one, the member's job started under another).
+
+        The one place that decides what a node that comes back does. Before the start: the pod
+        was recreated while the job gathered; the new marun takes the old one's place. After
+        the start: the job's ranks cannot take a new node in (no restart rounds yet), so the job
+        fails, naming it. Part 14's restart rounds turn this into a rejoin for the next round."""
+        node = self.coord.leader if leader else key[0]
+        host = str(body.get("host", "?"))[:200] if not leader else self.coord.host
+        if old is not None and not self.start_sent and self.stopped is None:
+            self._log("node_replaced", "warning", node=key[0], slot=key[1], host=host)
+            old.instance = str(body.get("instance", ""))
+            old.ended = old.outcome = old.exit_code = None
+            return
+        why = f"node {node} came back after the start: its earlier marun was lost"
+        self._log("node_came_back", "error", node=node, slot=key[1], host=host)
+        if self.stopped is None:
+            self._stop(LOST_EXIT, {"node": node, "host": host, "exit_code": LOST_EXIT, "why": why})
+        if old is not None:
+            if old.conn is not None and old.conn is not conn:
+                self._drop(old.conn)
+            old.conn = conn
+            old.instance = str(body.get("instance", ""))
+            old.last_seen = time.monotonic()
+            old.last_seen_wall = time.time()
+            if old.ended is not None and old.outcome == "lost":
+                old.ended = None  # the new marun reports how it ends
+                old.outcome = None
+            self._send(old, "welcome", instance=self.instance)
+            self._send(old, "stop", **(self.stopped or {}))
+        else:
+            # The new node 0 never had this member: it is told to stop, and not counted.
+            conn.peer_nonce = conn.peer_nonce or str(body.get("nonce", ""))
+            self._send_conn(conn, "stop", **(self.stopped or {}))
+
     def _failure(self, failure: dict[str, Any]) -> None:
         if self.stopped is not None:
             return
-        code = int(failure.get("exit_code") or 1)
-        self._stop(code, failure)
+        code = failure.get("exit_code") or 1
+        self._stop(code if isinstance(code, int) and 0 < code < 256 else 1, failure)
 
     def _stop(self, code: int, failure: dict[str, Any]) -> None:
         if self.stopped is not None:
@@ -304,10 +491,16 @@ class Coordinator:
 
     def _tick(self) -> None:
         now = time.monotonic()
+        self._refusals.flush(now)
+        for conn in [c for c in self._conns if c.member is None]:
+            if now - conn.opened > HELLO_WAIT:
+                self._refuse(conn, f"no hello within {HELLO_WAIT:g}s")
+                self._drop(conn)
         if now - self._last_hb >= HEARTBEAT:
             self._last_hb = now
             self._broadcast("hb")
         if not self.start_sent and self.stopped is None:
+            self._forget_departed()
             if now - self._t0 >= self.coord.arrival_timeout:
                 self._arrival_failed()
             return
@@ -324,10 +517,21 @@ class Coordinator:
                             f"marun for {self.coord.peer_timeout:g}s",
                         },
                     )
-                member.ended = time.time()
+                # It ended when it was last heard of, not when node 0 noticed (node 0 may have
+                # been frozen meanwhile).
+                member.ended = member.last_seen_wall or time.time()
                 member.outcome = "lost"
         self._watch_hang(now)
         self._check_done()
+
+    def _forget_departed(self) -> None:
+        """Before the start, a node whose connection is gone is not present: the barrier waits
+        for it again (its marun reconnects, or its pod is recreated); it never opens on a node
+        that left."""
+        for key, member in list(self.members.items()):
+            if member.conn is None and member.ended is None:
+                del self.members[key]
+                self._log("node_departed", "warning", node=key[0], slot=key[1], host=member.host)
 
     def _arrival_failed(self) -> None:
         missing = []
@@ -462,14 +666,17 @@ class Coordinator:
             }
 
     def write_report(self, directory: str) -> str:
-        """job.json beside result.json (atomic, 0600)."""
+        """job.json beside result.json (atomic, 0600), with the reserved descriptor free for it
+        (the port may have taken every other one)."""
         import json
         import os
 
         from marun._files import atomic_write, private_dir
 
-        path = os.path.join(private_dir(directory, strict=False), "job.json")
-        atomic_write(path, json.dumps(self.report(), indent=2) + "\n", 0o600)
+        text = json.dumps(self.report(), indent=2) + "\n"
+        with self._reserve.released():
+            path = os.path.join(private_dir(directory, strict=False), "job.json")
+            atomic_write(path, text, 0o600)
         return path
 
 

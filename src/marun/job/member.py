@@ -11,6 +11,7 @@ import select
 import socket
 import threading
 import time
+import traceback
 from typing import Any
 
 from marun.job.coordinator import HEARTBEAT, LOST_EXIT, Coordinator
@@ -68,6 +69,9 @@ class Member:
         self._closing = False
         self._tries = 0
         self._last_error = ""
+        self.instance = new_nonce()  # this marun process's (node 0 tells a restarted one apart)
+        self._leader_instance = ""  # node 0's coordinator's, from its welcome
+        self._said: set[str] = set()  # refusals logged already (each once)
         self._thread = threading.Thread(target=self._loop, name="marun-member", daemon=True)
         self._thread.start()
 
@@ -133,7 +137,21 @@ class Member:
 
     def _loop(self) -> None:
         try:
-            self._converse()
+            while True:
+                try:
+                    self._converse()
+                    return
+                except Exception as exc:  # a bug: logged whole, and the link goes on
+                    self._log(
+                        "job_member_error",
+                        "error",
+                        error=f"{type(exc).__name__}: {exc}"[:300],
+                        traceback="".join(
+                            traceback.format_exception(type(exc), exc, exc.__traceback__)
+                        )[-4000:],
+                    )
+                    self._disconnect()
+                    time.sleep(_RETRY)
         finally:
             self._disconnect()  # node 0 sees this node leave at once
 
@@ -218,6 +236,8 @@ class Member:
             peer, self._seq_in = self._challenge(sock)
         except (OSError, ProtocolError) as exc:
             self._last_error = f"no challenge from node {self.coord.leader}'s marun: {exc}"
+            if isinstance(exc, ProtocolError) and "another job" in str(exc):
+                self._say_once(f"{self._target[0]}:{self._target[1]} is another job's marun: {exc}")
             with contextlib.suppress(OSError):
                 sock.close()
             return False
@@ -229,6 +249,9 @@ class Member:
             host=self._host,
             daemons_only=self._daemons_only,
             nonce=self._mine,
+            instance=self.instance,
+            leader=self._leader_instance,
+            started=self._started.is_set(),
         )
         return self._sock is not None
 
@@ -262,7 +285,12 @@ class Member:
 
     def _handle(self, body: dict[str, Any]) -> None:
         kind = body["type"]
-        if kind == "start":
+        if kind == "welcome":
+            self._leader_instance = str(body.get("instance", ""))
+        elif kind == "refused":
+            self._say_once(f"node {self.coord.leader}'s marun refused this one: {body.get('why')}")
+            self._last_error = f"refused: {body.get('why')}"
+        elif kind == "start":
             if not self._started.is_set():
                 self._started.set()
                 self._push(JobEvent("start", 0, None))
@@ -276,6 +304,11 @@ class Member:
         elif kind == "done":
             self._done_code = int(body.get("code", 0))
             self._done.set()
+
+    def _say_once(self, why: str) -> None:
+        if why not in self._said:
+            self._said.add(why)
+            self._log("job_refused", "error", reason=why)
 
     def _lost_leader(self, when: str) -> JobEvent:
         why = (
