@@ -81,7 +81,8 @@ def coordinator() -> Iterator[Coordinator]:
     coord = Coordination(
         host="127.0.0.1", port=0, nodes=3, index=0, job=JOB, arrival_timeout=3600.0
     )
-    made = Coordinator(coord, SECRET, announce=quiet)  # its thread never runs: the test drives its reading
+    # Its thread never runs: the test drives its reading.
+    made = Coordinator(coord, SECRET, announce=quiet)
     yield made
     made._server.close()
     made._sel.close()
@@ -128,9 +129,7 @@ class Peer:
         return encode(secret, body)
 
     def hello(self) -> None:
-        self.send(
-            self.signed(SECRET, JOB, "hello", nonce=self.mine, host="h1", instance="i" * 32)
-        )
+        self.send(self.signed(SECRET, JOB, "hello", nonce=self.mine, host="h1", instance="i" * 32))
         assert self.conn.member == (1, 0)
 
     def close(self) -> None:
@@ -201,9 +200,7 @@ def test_unsigned_or_foreign_lines_of_any_shape(
 
 @FUZZ
 @given(kind=kinds, extra=fields)
-def test_signed_lines_with_any_field_types_never_raise(
-    kind: str, extra: dict[str, Any]
-) -> None:
+def test_signed_lines_with_any_field_types_never_raise(kind: str, extra: dict[str, Any]) -> None:
     """Signed with the job's secret (or by anybody when the job has none): the coordinator may
     act on it (a failure stops the job), but never raises. A coordinator of its own each time."""
     coord = Coordination(host="127.0.0.1", port=0, nodes=3, index=0, job=JOB)

@@ -367,11 +367,10 @@ class Coordinator:
             and not self.start_sent
             and str(body.get("leader", "")) != self.instance
         ):
-            # Its job started under another coordinator: this node 0's marun is a new one.
-            conn.member = key
-            self._came_back(conn, key, body, None, leader=True)
-            return
-        if old is not None and old.instance and instance != old.instance:
+            # Its job started under another coordinator: this node 0's marun is a new one. It
+            # is taken in like any member (so that its end is waited for) and told to stop.
+            self._came_back(key, body, None)
+        elif old is not None and old.instance and instance != old.instance:
             talking = old.conn is not None and now - old.last_seen < 3 * HEARTBEAT
             if talking and old.conn is not conn:
                 # The node's marun is alive and talking: this one is somebody else's (another
@@ -382,10 +381,8 @@ class Coordinator:
                     f"connection): this marun belongs to another job, or is one too many",
                 )
                 return
-            conn.member = key
-            self._came_back(conn, key, body, old, leader=False)
-            if self.stopped is not None or old.instance != instance:
-                return
+            self._came_back(key, body, old)
+            old.instance = instance
         conn.member = key
         conn.buf.limit = MAX_LINE  # a member of the job: stacks may follow
         old = self.members.get(key)
@@ -429,48 +426,29 @@ class Coordinator:
             self._broadcast("start")
 
     def _came_back(
-        self,
-        conn: _Conn,
-        key: tuple[int, int],
-        body: dict[str, Any],
-        old: MemberState | None,
-        *,
-        leader: bool,
+        self, key: tuple[int, int], body: dict[str, Any], old: MemberState | None
     ) -> None:
-        """A node's marun that is not the one the job had: `old` is the node's earlier one
-        (None, `leader`: node 0's is the new one, the member's job started under another).
+        """A node's marun that is not the one the job had: `old` is the node's earlier one, or
+        None when node 0's is the new one (the member's job started under another).
 
         The one place that decides what a node that comes back does. Before the start: the pod
         was recreated while the job gathered; the new marun takes the old one's place. After
         the start: the job's ranks cannot take a new node in (no restart rounds yet), so the job
-        fails, naming it. Part 14's restart rounds turn this into a rejoin for the next round."""
+        fails, naming it; the new marun is taken in and told to stop with everybody else. Part
+        14's restart rounds turn this into a rejoin for the next round."""
+        leader = old is None
         node = self.coord.leader if leader else key[0]
-        host = str(body.get("host", "?"))[:200] if not leader else self.coord.host
+        host = self.coord.host if leader else str(body.get("host", "?"))[:200]
         if old is not None and not self.start_sent and self.stopped is None:
             self._log("node_replaced", "warning", node=key[0], slot=key[1], host=host)
-            old.instance = str(body.get("instance", ""))
             old.ended = old.outcome = old.exit_code = None
             return
         why = f"node {node} came back after the start: its earlier marun was lost"
         self._log("node_came_back", "error", node=node, slot=key[1], host=host)
         if self.stopped is None:
             self._stop(LOST_EXIT, {"node": node, "host": host, "exit_code": LOST_EXIT, "why": why})
-        if old is not None:
-            if old.conn is not None and old.conn is not conn:
-                self._drop(old.conn)
-            old.conn = conn
-            old.instance = str(body.get("instance", ""))
-            old.last_seen = time.monotonic()
-            old.last_seen_wall = time.time()
-            if old.ended is not None and old.outcome == "lost":
-                old.ended = None  # the new marun reports how it ends
-                old.outcome = None
-            self._send(old, "welcome", instance=self.instance)
-            self._send(old, "stop", **(self.stopped or {}))
-        else:
-            # The new node 0 never had this member: it is told to stop, and not counted.
-            conn.peer_nonce = conn.peer_nonce or str(body.get("nonce", ""))
-            self._send_conn(conn, "stop", **(self.stopped or {}))
+        if old is not None and old.outcome == "lost":
+            old.ended = old.outcome = None  # the new marun reports how it ends
 
     def _failure(self, failure: dict[str, Any]) -> None:
         if self.stopped is not None:

@@ -28,6 +28,7 @@ from marun.plan.coordination import Coordination
 from marun.runtime.joblink import JobEvent
 
 _RETRY = 0.5
+_UNSTARTED_END_WAIT = 10.0  # seconds a node that never started waits for the job's end
 
 
 class Member:
@@ -72,6 +73,9 @@ class Member:
         self.instance = new_nonce()  # this marun process's (node 0 tells a restarted one apart)
         self._leader_instance = ""  # node 0's coordinator's, from its welcome
         self._said: set[str] = set()  # refusals logged already (each once)
+        # A failure or end said while not connected (this node stopped before it reached node
+        # 0): sent right after the next hello, so node 0 hears of it all the same.
+        self._queued: list[tuple[str, dict[str, Any]]] = []
         self._thread = threading.Thread(target=self._loop, name="marun-member", daemon=True)
         self._thread.start()
 
@@ -110,8 +114,13 @@ class Member:
         # declares a silent node lost after peer_timeout, and this thread gives up on a silent
         # node 0 after as long.
         done = False
+        # A node that ends before the job started has nothing to wait for but node 0's word
+        # that it heard (done): not an arrival time-out more.
+        limit = None if self._started.is_set() else time.monotonic() + _UNSTARTED_END_WAIT
         while not done and self._thread.is_alive():
             done = self._done.wait(1.0)
+            if limit is not None and time.monotonic() > limit:
+                break
         if not done:
             self._log("job_end_unknown", "warning")
         if self.coordinator is not None:
@@ -253,6 +262,10 @@ class Member:
             leader=self._leader_instance,
             started=self._started.is_set(),
         )
+        with self._send_lock:
+            queued, self._queued = self._queued, []
+        for kind, fields in queued:
+            self._send(kind, **fields)
         return self._sock is not None
 
     def _challenge(self, sock: socket.socket) -> tuple[str, int]:
@@ -342,6 +355,8 @@ class Member:
         with self._send_lock:
             sock = self._sock
             if sock is None:
+                if kind in ("failure", "end"):
+                    self._queued.append((kind, fields))
                 return
             body.update(peer=self._peer, seq=self._seq_out)
             self._seq_out += 1

@@ -499,11 +499,28 @@ class Supervisor:
                     self.job.exit_code = exit_code_for(signum)
                 self.job.signal = signum
                 self._begin_stop(f"received {signal_name(signum)}", signum)
+                self._signal_to_job(signum)
             elif signum in STOP:
                 self._signal_everything(signum)
             else:
                 for pid in list(self._running):
                     signal_group(pid, signum)
+
+    def _signal_to_job(self, signum: int) -> None:
+        """A stop signal to this node's marun (the platform deleting its pod, a user's ^C) is a
+        failure of the whole job, mid-run or while the nodes gather: node 0 stops every node
+        with 128+N (docs/supervision.md, "Signals")."""
+        if self._link is None:
+            return
+        name = signal_name(signum)
+        self._link.report_failure(
+            {
+                "exit_code": exit_code_for(signum),
+                "signal": name,
+                "why": f"node {self._node.index} ({self._node.host}) stopped by {name}"
+                + (" before the start" if self._arriving else ""),
+            }
+        )
 
     def _begin_stop(self, reason: str, signum: int) -> None:
         if self._phase is not Phase.RUNNING:

@@ -1,0 +1,103 @@
+"""The platform's ordinary events to a node's marun, on a job of real `marun run` processes
+(loopback_job.py): a pod deleted (SIGTERM), a user's ^C (SIGINT), a pod recreated (SIGKILL, then
+the same marun started again). Each is a failure of the whole job, named on every node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from loopback_job import LoopbackJob
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Iterator[LoopbackJob]:
+    made = LoopbackJob(tmp_path)
+    yield made
+    made.kill_all()
+
+
+def ranks_up(job: LoopbackJob) -> None:
+    for i in range(job.n):
+        job.wait_for(i, rf"rank {2 * i + 1} up")
+
+
+@pytest.mark.parametrize(
+    ("node", "signum"), [(1, signal.SIGTERM), (0, signal.SIGINT)], ids=["sigterm-1", "sigint-0"]
+)
+def test_a_signal_to_one_node_s_marun_mid_run_stops_the_job(
+    job: LoopbackJob, node: int, signum: int
+) -> None:
+    job.start([0, 1, 2])
+    ranks_up(job)
+    job.signal(node, signum)
+    codes = job.finish()
+    code = 128 + signum
+    # The signalled node exits 128+N, and so does every other: the job's status.
+    assert codes == {0: code, 1: code, 2: code}, job.report()
+    name = signal.Signals(signum).name
+    for i in range(3):
+        out = job.nodes[i].output
+        assert re.search(rf"Job's first failure: node {node} \(\S+\) stopped by {name}", out), (
+            job.report()
+        )
+        assert "rank" in out and "done" not in out.split("Job's first failure")[0]
+    report = json.loads(job.job_json())
+    assert report["exit_code"] == code
+    assert f"stopped by {name}" in report["first_failure"]["why"]
+
+
+def test_sigterm_while_the_nodes_gather_stops_the_start(job: LoopbackJob) -> None:
+    job.start([0, 1])
+    job.wait_for(0, r"2/3 nodes up")
+    job.signal(1, signal.SIGTERM)
+    job.wait_for(0, r"stopped by SIGTERM")
+    # Node 2 arrives after node 1 left: the barrier must not open. (Node 0, its job over, may
+    # be gone by then: node 2 then gives up on it, after its own short time-outs.)
+    job.start([2], env={"MARUN_ARRIVAL_TIMEOUT": "4", "MARUN_PEER_TIMEOUT": "3"})
+    codes = job.finish()
+    assert codes[0] == codes[1] == 143 and codes[2] in (1, 143), job.report()
+    for i in range(3):
+        out = job.nodes[i].output
+        assert " up" not in out.replace("nodes up", ""), job.report()  # no rank started
+    for i in range(2):
+        out = job.nodes[i].output
+        assert re.search(r"node 1 \(\S+\) stopped by SIGTERM before the start", out), job.report()
+
+
+def test_a_node_that_comes_back_after_the_start_fails_the_job(job: LoopbackJob) -> None:
+    job.start([0, 1, 2])
+    ranks_up(job)
+    os.killpg(job.nodes[1].proc.pid, signal.SIGKILL)  # the pod is deleted hard ...
+    job.nodes[1].proc.wait()
+    job.start([1])  # ... and recreated with the same arguments
+    codes = job.finish()
+    assert codes == {0: 1, 1: 1, 2: 1}, job.report()
+    for i in range(3):
+        assert "node 1 came back after the start: its earlier marun was lost" in (
+            job.nodes[i].output
+        ), job.report()
+    assert "rank 3 up" not in job.nodes[1].output  # the new node 1 started nothing
+    report = json.loads(job.job_json())
+    assert "came back" in report["first_failure"]["why"]
+
+
+def test_node_0_that_comes_back_after_the_start_fails_the_job(job: LoopbackJob) -> None:
+    job.start([0, 1, 2])
+    ranks_up(job)
+    os.killpg(job.nodes[0].proc.pid, signal.SIGKILL)
+    job.nodes[0].proc.wait()
+    job.start([0])
+    codes = job.finish()
+    assert codes == {0: 1, 1: 1, 2: 1}, job.report()
+    for i in range(3):
+        assert "node 0 came back after the start: its earlier marun was lost" in (
+            job.nodes[i].output
+        ), job.report()
+    assert "rank 1 up" not in job.nodes[0].output
