@@ -4,6 +4,7 @@ secret's source; none for one node, MPI, or job_port 0; bad settings are bad inp
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ def plan(script: Path, *options: str, env: dict[str, str] | None = None) -> Any:
 
 def test_pytorch_nodes_report_to_the_init_method_host(script: Path) -> None:
     data = plan(script, "--arrival-timeout", "120", "--hang-timeout", "600")
+    assert re.fullmatch(r"job-a\.[0-9a-f]{12}", data["coordination"]["job"])
+    data["coordination"]["job"] = "job-a"
     assert data["coordination"] == {
         "host": "job-a-worker-0.job-a",
         "port": 36668,
@@ -123,3 +126,21 @@ def test_single_node_run_loads_no_coordination(script: Path) -> None:
     assert "marun.plan.coordination" in res.stderr  # the plan looked, and found one node
     assert "marun.job" not in res.stderr
     assert "marun.runtime.joblink" not in res.stderr
+
+
+def test_job_ids_agree_within_a_job_and_differ_between_jobs(script: Path) -> None:
+    """Every node of a job computes the same id; another job on the same network, with the
+    same init_method and no MA_VJ_NAME, gets another when its hosts differ."""
+    unnamed = {"MA_VJ_NAME": "", "VC_WORKER_HOSTS": "a-0.x,a-1.x"}
+    node1 = plan(script, env=unnamed)["coordination"]["job"]
+    res = run_marun(
+        ["plan", "--format", "json", "--", script.name, "--init_method", INIT, "--rank", "0",
+         "--world_size", "2"],
+        env={**NODE_ENV, **unnamed, "VC_TASK_INDEX": "0"},
+        cwd=script.parent,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["coordination"]["job"] == node1
+    other = plan(script, env={**unnamed, "VC_WORKER_HOSTS": "b-0.x,b-1.x"})["coordination"]
+    assert other["job"] != node1
+    assert node1.startswith("-.") and other["job"].startswith("-.")

@@ -162,7 +162,8 @@ class Coordinator:
                     conn = key.data
                     try:
                         if conn is None:
-                            self._accept()
+                            with self._reserve.lock:
+                                self._accept()
                         else:
                             self._read(conn)
                     except Exception as exc:  # nothing from the port ends the job
@@ -646,13 +647,13 @@ class Coordinator:
     def write_report(self, directory: str) -> str:
         """job.json beside result.json (atomic, 0600), with the reserved descriptor free for it
         (the port may have taken every other one)."""
-        import json
-        import os
+        with self._reserve.released():  # the imports read files too
+            import json
+            import os
 
-        from marun._files import atomic_write, private_dir
+            from marun._files import atomic_write, private_dir
 
-        text = json.dumps(self.report(), indent=2) + "\n"
-        with self._reserve.released():
+            text = json.dumps(self.report(), indent=2) + "\n"
             path = os.path.join(private_dir(directory, strict=False), "job.json")
             atomic_write(path, text, 0o600)
         return path

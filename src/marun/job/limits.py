@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -36,6 +37,9 @@ class Reserve:
 
     def __init__(self) -> None:
         self._fd: int | None = None
+        # Held around every accept and while the reserve is out: a descriptor freed for job.json
+        # must not be taken by an accept in the coordinator's thread meanwhile.
+        self.lock = threading.RLock()
         self.take()
 
     def take(self) -> None:
@@ -45,13 +49,14 @@ class Reserve:
 
     @contextlib.contextmanager
     def released(self) -> Iterator[None]:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
-        try:
-            yield None
-        finally:
-            self.take()
+        with self.lock:
+            fd, self._fd = self._fd, None
+            if fd is not None:
+                os.close(fd)
+            try:
+                yield None
+            finally:
+                self.take()
 
     def close(self) -> None:
         fd, self._fd = self._fd, None

@@ -279,7 +279,23 @@ class Member:
             lines = self._buf.feed(data)
             if lines:
                 break
-        body = decode(self._secret, self.coord.job, lines[0])
+        body = decode(self._secret, None, lines[0])
+        if body["job"] != self.coord.job:
+            # Node 0 of another job (same port, same secret): say hello all the same, so that
+            # its marun says so too (one line on each side), then leave.
+            with contextlib.suppress(OSError):
+                sock.sendall(
+                    encode(
+                        self._secret,
+                        {"job": self.coord.job, "node": self.coord.index,
+                         "slot": self.coord.slot, "type": "hello", "host": self._host,
+                         "nonce": new_nonce(), "peer": body.get("nonce"), "seq": 0},
+                    )
+                )  # fmt: skip
+            raise ProtocolError(
+                f"job id {str(body['job'])[:80]!r} is not this job's {self.coord.job!r} "
+                "(another job's marun)"
+            )
         seq = body.get("seq")
         if body["type"] != "challenge" or not is_nonce(body.get("nonce")):
             raise ProtocolError(f"{body['type']} instead of a challenge")

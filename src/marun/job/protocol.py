@@ -87,9 +87,10 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def decode(secret: bytes, job: str, line: bytes) -> dict[str, Any]:
-    """The body of a line signed with `secret` for job `job`; ProtocolError for anything else,
-    whatever the bytes are (this is the only parser of what arrives on the job's port)."""
+def decode(secret: bytes, job: str | None, line: bytes) -> dict[str, Any]:
+    """The body of a line signed with `secret` for job `job` (any job's: None); ProtocolError
+    for anything else, whatever the bytes are (this is the only parser of what arrives on the
+    job's port)."""
     outer = _json(line)
     if not isinstance(outer, dict):
         raise ProtocolError("not a marun message")
@@ -108,7 +109,7 @@ def decode(secret: bytes, job: str, line: bytes) -> dict[str, Any]:
     body = _json(text)
     if not isinstance(body, dict) or not isinstance(body.get("type"), str):
         raise ProtocolError("not a marun message")
-    if body.get("job") != job:
+    if not isinstance(body.get("job"), str) or (job is not None and body["job"] != job):
         theirs = body.get("job")
         shown = repr(theirs)[:80] if isinstance(theirs, str) else "none"
         raise ProtocolError(f"job id {shown} is not this job's (another job's marun)")

@@ -175,6 +175,29 @@ def _layout(mode: str, platform: Platform, plan: LaunchPlan) -> tuple[str, int, 
     return platform.hostname, 1, 0, 1, 0
 
 
+def job_id(
+    name: str | None,
+    mode: str,
+    leader: str,
+    port: int,
+    nodes: int,
+    slots: int,
+    hosts: tuple[str, ...],
+) -> str:
+    """The job's id, the same on every node of the job and unlike another job's on the same
+    network: the platform's job name (MA_VJ_NAME; `-` when unset) and a digest of everything
+    else every node knows alike: the mode, node 0's address and job port, the job's size and
+    its hosts. Two jobs that share all of these (no name, one init_method, hosts unknown) are
+    still told apart at run time: a node's marun that is already there keeps its place
+    (docs/supervision.md, "How jobs are told apart")."""
+    import hashlib
+    import json
+
+    what = [name or "", mode, leader, port, nodes, slots, list(hosts)]
+    digest = hashlib.sha256(json.dumps(what).encode()).hexdigest()[:12]
+    return f"{name or '-'}.{digest}"
+
+
 def coordination_for(mode: str, platform: Platform, plan: LaunchPlan) -> Coordination | None:
     """This node's coordination section, or None (MPI, one node, or a whole-job plan)."""
     if mode == "mpi" or len(plan.nodes) != 1 or platform.settings.job_port == 0:
@@ -198,7 +221,17 @@ def coordination_for(mode: str, platform: Platform, plan: LaunchPlan) -> Coordin
         port=settings.job_port,
         nodes=nodes,
         index=plan.nodes[0].index,
-        job=platform.job_name() or "-",
+        # TensorFlow's ps and worker nodes are tasks of their own, with host lists of their own:
+        # not something every node knows alike.
+        job=job_id(
+            platform.job_name(),
+            mode,
+            host,
+            settings.job_port,
+            nodes,
+            slots,
+            () if mode == "tensorflow" else hosts,
+        ),
         hosts=hosts,
         leader=leader,
         slots=slots,
