@@ -101,3 +101,45 @@ def test_node_0_that_comes_back_after_the_start_fails_the_job(job: LoopbackJob) 
             job.nodes[i].output
         ), job.report()
     assert "rank 1 up" not in job.nodes[0].output
+
+
+def test_a_token_that_is_not_utf8_is_used_as_its_bytes(tmp_path: Path) -> None:
+    """MARUN_JOB_TOKEN=$'\\xff': a secret all the same (Python holds it as a lone surrogate);
+    the job runs, signed with it."""
+    job = LoopbackJob(tmp_path, env={"MARUN_JOB_TOKEN": "tok\udcff", "RUN_FOR": "1"})
+    try:
+        job.start([0, 1, 2])
+        assert job.finish() == {0: 0, 1: 0, 2: 0}, job.report()
+        assert "Traceback" not in job.report()
+    finally:
+        job.kill_all()
+
+
+def test_nodes_lost_while_node_0_was_frozen_end_when_they_gave_up(tmp_path: Path) -> None:
+    """Node 0's marun frozen (SIGSTOP): the others give up on it after peer_timeout and leave.
+    Thawed, node 0 blames itself, and job.json gives their end as when they gave up on it, not
+    when node 0 noticed."""
+    job = LoopbackJob(tmp_path, env={"MARUN_PEER_TIMEOUT": "3"})
+    try:
+        job.start([0, 1, 2])
+        ranks_up(job)
+        job.signal(0, signal.SIGSTOP)
+        for i in (1, 2):
+            job.nodes[i].proc.wait(60)
+        import time
+
+        thawed = time.time()
+        job.signal(0, signal.SIGCONT)
+        job.finish()
+        report = json.loads(job.job_json())
+        from datetime import datetime
+
+        for node in report["nodes"][1:]:
+            slot = node["slots"][0]
+            assert slot["ended"] is not None, report
+            ended = datetime.fromisoformat(slot["ended"]).timestamp()
+            assert ended < thawed, (slot, thawed)
+        assert report["first_failure"]["node"] == 0, report  # node 0 is the one that was frozen
+        assert "did not run for" in report["first_failure"]["why"]
+    finally:
+        job.kill_all()

@@ -75,7 +75,8 @@ def test_table_shows_endpoint_and_settings(script: Path) -> None:
     assert "node 0 at job-a-worker-0.job-a:36668" in line
     assert "2 nodes x 1 slot(s), this node 1 slot 0" in line
     assert "arrival 300s, peer 9s, hang off" in line
-    assert "auth none (no job secret" in line
+    assert line.endswith("auth none")
+    assert "WARNING: no job secret (set MARUN_JOB_TOKEN" in res.stdout
 
 
 def test_none_for_one_node_or_job_port_0(script: Path) -> None:
@@ -88,7 +89,11 @@ def test_none_for_one_node_or_job_port_0(script: Path) -> None:
 
 
 def test_bad_timeouts_are_bad_input(script: Path) -> None:
-    for option, value in (("--arrival-timeout", "0"), ("--hang-timeout", "-1")):
+    for option, value in (
+        ("--arrival-timeout", "0"),
+        ("--hang-timeout", "-1"),
+        ("--peer-timeout", "0.001"),  # below what the heartbeat (1 s) can honour
+    ):
         res = run_marun(
             ["plan", option, value, "--", script.name, *TWO_NODES],
             env=NODE_ENV,
@@ -98,6 +103,12 @@ def test_bad_timeouts_are_bad_input(script: Path) -> None:
         assert res.stderr.count("\n") == 1 and res.stderr.startswith("marun: error: "), res.stderr
         field = option.lstrip("-").replace("-", "_")
         assert option in res.stderr or field in res.stderr, res.stderr
+        ran = run_marun(
+            ["run", option, value, "--", script.name, *TWO_NODES],
+            env=NODE_ENV,
+            cwd=script.parent,
+        )
+        assert (ran.returncode, ran.stderr) == (2, res.stderr)  # the same line, nothing started
 
 
 def test_tensorflow_leader_is_the_first_worker(script: Path) -> None:

@@ -52,13 +52,13 @@ from marun.job.protocol import (
     is_nonce,
     new_nonce,
 )
-from marun.plan.coordination import Coordination
+from marun.plan.coordination import HEARTBEAT, Coordination
 
-HEARTBEAT = 1.0  # seconds between heartbeats, both ways
 HANG_EXIT = 124  # the job's exit code when the hang watchdog stopped it (docs/supervision.md)
 LOST_EXIT = 1  # a node that vanished, or never arrived
 _TICK = 0.2
 _DUMP_WAIT = 15.0  # seconds the watchdog waits for every node's stacks
+_STALL = 3 * HEARTBEAT  # the loop runs every _TICK: a gap this long means it was not running
 
 
 @dataclass(eq=False)
@@ -132,6 +132,7 @@ class Coordinator:
         self._allowed_at = 0.0
         self._last_hb = 0.0
         self._dump_since: float | None = None
+        self._last_run = time.monotonic()
         self._closing = False
         self._thread = threading.Thread(target=self._loop, name="marun-coordinator", daemon=True)
 
@@ -158,7 +159,9 @@ class Coordinator:
         closing_since: float | None = None
         try:
             while True:
-                for key, _ in self._sel.select(_TICK):
+                events = self._sel.select(_TICK)
+                self._check_stall()  # before reading what piled up meanwhile
+                for key, _ in events:
                     conn = key.data
                     try:
                         if conn is None:
@@ -186,6 +189,37 @@ class Coordinator:
             self._server.close()
             self._sel.close()
             self._reserve.close()
+
+    def _check_stall(self) -> None:
+        """This thread did not run for a while (node 0's marun frozen by SIGSTOP, or starved):
+        past peer_timeout the other nodes have given up on node 0, so node 0 is the job's
+        failure, and those that left ended when they gave up (peer_timeout after node 0 last
+        ran), not when node 0 noticed; one that is still there says its own end later."""
+        now = time.monotonic()
+        last, self._last_run = self._last_run, now
+        gap = now - last
+        if gap < _STALL or not self.start_sent:
+            return
+        self._log("coordinator_stalled", "error", seconds=round(gap, 1))
+        if gap < self.coord.peer_timeout:
+            return
+        gave_up = time.time() - gap + self.coord.peer_timeout
+        with self._lock:
+            self._stop(
+                LOST_EXIT,
+                {
+                    "node": self.coord.leader,
+                    "host": self.coord.host,
+                    "exit_code": LOST_EXIT,
+                    "why": f"node {self.coord.leader}'s marun did not run for {gap:.0f}s "
+                    f"(stopped, e.g. SIGSTOP, or starved): past peer_timeout "
+                    f"{self.coord.peer_timeout:g}s the other nodes gave up on it",
+                },
+            )
+            for member in self.members.values():
+                if member.ended is None and member.node != self.coord.leader:
+                    member.ended = gave_up
+                    member.outcome = "lost"
 
     def _unexpected(self, exc: Exception, conn: _Conn | None) -> None:
         """A bug, or something no test thought of: logged whole; the connection it came on is

@@ -14,7 +14,7 @@ import time
 import traceback
 from typing import Any
 
-from marun.job.coordinator import HEARTBEAT, LOST_EXIT, Coordinator
+from marun.job.coordinator import LOST_EXIT, Coordinator
 from marun.job.protocol import (
     LineBuffer,
     ProtocolError,
@@ -24,7 +24,7 @@ from marun.job.protocol import (
     is_nonce,
     new_nonce,
 )
-from marun.plan.coordination import Coordination
+from marun.plan.coordination import HEARTBEAT, Coordination
 from marun.runtime.joblink import JobEvent
 
 _RETRY = 0.5

@@ -20,6 +20,13 @@ from marun.plan.launch_plan import LaunchPlan
 
 # Where the job's shared secret comes from, in order (the secret itself never enters the plan).
 TOKEN_VAR = "MARUN_JOB_TOKEN"
+HEARTBEAT = 1.0  # seconds between heartbeats, both ways (marun.job)
+MIN_PEER_TIMEOUT = 3 * HEARTBEAT  # a node is lost after this many missed heartbeats at least
+NO_SECRET_NOTE = (
+    "WARNING: no job secret (set MARUN_JOB_TOKEN, or mount Volcano's ssh key): anyone who can "
+    "reach node 0's job port from one of the job's hosts can stop the job with a forged "
+    "failure; messages are checked by job id and source address only"
+)
 
 
 @dataclass(frozen=True)
@@ -63,13 +70,7 @@ class Coordination:
             f"coordination: node {self.leader} at {self.host}:{self.port}, {self.nodes} nodes x "
             f"{self.slots} slot(s), this node {self.index} slot {self.slot}; arrival "
             f"{self.arrival_timeout:g}s, peer {self.peer_timeout:g}s, hang {hang}; auth "
-            f"{self.auth}"
-            + (
-                " (no job secret: MARUN_JOB_TOKEN or Volcano's ssh key; messages are checked "
-                "by job id and source address only)"
-                if self.auth == "none"
-                else ""
-            )
+            f"{self.auth}" + (f"\n{NO_SECRET_NOTE}" if self.auth == "none" else "")
         )
 
 
@@ -211,6 +212,13 @@ def coordination_for(mode: str, platform: Platform, plan: LaunchPlan) -> Coordin
     for name in ("arrival_timeout", "peer_timeout"):
         if getattr(settings, name) <= 0:
             raise bad_value(name, getattr(settings, name), "a number of seconds > 0")
+    if settings.peer_timeout < MIN_PEER_TIMEOUT:
+        raise bad_value(
+            "peer_timeout",
+            settings.peer_timeout,
+            f"a number of seconds >= {MIN_PEER_TIMEOUT:g} (a heartbeat goes every "
+            f"{HEARTBEAT:g}s; a node is lost after missing several)",
+        )
     if settings.hang_timeout is not None and settings.hang_timeout <= 0:
         raise bad_value("hang_timeout", settings.hang_timeout, "a number of seconds > 0")
     if not 1 <= settings.job_port <= 65535:
