@@ -143,3 +143,53 @@ def test_nodes_lost_while_node_0_was_frozen_end_when_they_gave_up(tmp_path: Path
         assert "did not run for" in report["first_failure"]["why"]
     finally:
         job.kill_all()
+
+
+BUSY_QUIET = """\
+import os, time
+rank = int(os.environ["RANK"])
+print(f"rank {rank} up", flush=True)
+end = time.monotonic() + float(os.environ["RUN_FOR"])
+x = 0
+while time.monotonic() < end:  # train_step: busy, prints nothing
+    x += 1
+print(f"rank {rank} done", flush=True)
+"""
+
+ASLEEP = """\
+import os, time
+rank = int(os.environ["RANK"])
+print(f"rank {rank} up", flush=True)
+time.sleep(600)  # blocked, as in a collective whose peer is gone
+"""
+
+
+def test_the_hang_watchdog_leaves_a_busy_quiet_job_alone(tmp_path: Path) -> None:
+    """Silent for three times the hang timeout, but using CPU: not hung (the issue's false
+    alarm); the job ends 0 on its own."""
+    job = LoopbackJob(tmp_path, nodes=2, env={"RUN_FOR": "12"})
+    job.options = ["--hang-timeout", "4"]
+    try:
+        job.start([0, 1], BUSY_QUIET)
+        assert job.finish() == {0: 0, 1: 0}, job.report()
+        out = job.nodes[0].output
+        assert "job_quiet_but_busy" in out, job.report()
+        assert "rank 1 done" in out
+    finally:
+        job.kill_all()
+
+
+def test_the_hang_watchdog_stops_a_silent_idle_job_saying_why(tmp_path: Path) -> None:
+    job = LoopbackJob(tmp_path, nodes=2)
+    job.options = ["--hang-timeout", "4"]
+    try:
+        job.start([0, 1], ASLEEP)
+        assert job.finish() == {0: 124, 1: 124}, job.report()
+        for i in range(2):
+            assert re.search(
+                r"no rank of the job wrote a line for 4s, and its ranks used [0-9.]+s of CPU in "
+                r"that time: nothing runs",
+                job.nodes[i].output,
+            ), job.report()
+    finally:
+        job.kill_all()

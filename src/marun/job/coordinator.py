@@ -29,10 +29,12 @@ import sys
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from marun.job.hang import HangJudge, describe_stacks
 from marun.job.limits import (
     HELLO_WAIT,
     RefusalLog,
@@ -58,6 +60,7 @@ HANG_EXIT = 124  # the job's exit code when the hang watchdog stopped it (docs/s
 LOST_EXIT = 1  # a node that vanished, or never arrived
 _TICK = 0.2
 _DUMP_WAIT = 15.0  # seconds the watchdog waits for every node's stacks
+_CPU_KEPT = 4096  # heartbeats of CPU figures kept per member (over an hour at one a second)
 _STALL = 3 * HEARTBEAT  # the loop runs every _TICK: a gap this long means it was not running
 
 
@@ -86,7 +89,8 @@ class MemberState:
     last_seen_wall: float = 0.0  # wall clock of last_seen: when a lost node ended, for job.json
     conn: _Conn | None = None
     idle: float = 0.0  # seconds without a rank's line, as of its last heartbeat
-    cpu: float | None = None  # CPU seconds its ranks have used, as of its last heartbeat
+    # (monotonic, CPU seconds its ranks have used) from its heartbeats: the hang watchdog's
+    cpu_history: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=_CPU_KEPT))
     daemons_only: bool = False
     ended: float | None = None
     outcome: str | None = None
@@ -132,6 +136,16 @@ class Coordinator:
         self._allowed_at = 0.0
         self._last_hb = 0.0
         self._dump_since: float | None = None
+        self._hang_why = ""
+        self._hang = (
+            None
+            if coord.hang_timeout is None
+            else HangJudge(
+                coord.hang_timeout,
+                lambda sample: self._broadcast("dump", sample=sample),
+                self._log,
+            )
+        )
         self._last_run = time.monotonic()
         self._closing = False
         self._thread = threading.Thread(target=self._loop, name="marun-coordinator", daemon=True)
@@ -369,7 +383,8 @@ class Coordinator:
         if kind == "hb":
             member.idle = max(0.0, float(body.get("idle", 0.0)))
             cpu = body.get("cpu")
-            member.cpu = None if cpu is None else float(cpu)
+            if cpu is not None:
+                member.cpu_history.append((member.last_seen, float(cpu)))
         elif kind == "failure":
             self._failure(clean_failure(body.get("failure") or {}))
         elif kind == "stacks":
@@ -569,32 +584,29 @@ class Coordinator:
         self._stop(LOST_EXIT, {"node": first, "exit_code": LOST_EXIT, "why": why})
 
     def _watch_hang(self, now: float) -> None:
-        limit = self.coord.hang_timeout
-        if limit is None or self.stopped is not None:
+        """marun.job.hang judges; once hung, every node's stacks are gathered (and written into
+        each rank's log) and the job stopped with HANG_EXIT and the reason."""
+        if self._hang is None or self.stopped is not None:
             return
         running = [m for m in self.members.values() if m.ended is None and not m.daemons_only]
         if not running:
             return
         if self._dump_since is None:
             idle = min(m.idle + (now - m.last_seen) for m in running)
-            if idle >= limit:
+            why = self._hang.tick(running, idle, now)
+            if why is not None:
+                self._hang_why = why
                 self._dump_since = now
-                self._log("job_hang", "error", idle_seconds=round(idle, 1))
+                for m in running:
+                    m.stacks = None
+                self._log("job_hang", "error", idle_seconds=round(idle, 1), why=why)
                 self._broadcast("dump")
             return
         have = all(m.stacks is not None for m in running)
         if have or now - self._dump_since >= _DUMP_WAIT:
-            stacks = "".join(
-                f"--- node {m.node} slot {m.slot} ({m.host})\n{m.stacks or '(no stacks)'}\n"
-                for m in sorted(running, key=lambda m: (m.node, m.slot))
-            )
             self._stop(
                 HANG_EXIT,
-                {
-                    "exit_code": HANG_EXIT,
-                    "why": f"hang: no rank of the job wrote a line for {limit:g}s",
-                    "stacks": stacks,
-                },
+                {"exit_code": HANG_EXIT, "why": self._hang_why, "stacks": describe_stacks(running)},
             )
 
     def _check_done(self) -> None:

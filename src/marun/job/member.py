@@ -15,6 +15,7 @@ import traceback
 from typing import Any
 
 from marun.job.coordinator import LOST_EXIT, Coordinator
+from marun.job.cputime import descendants_cpu
 from marun.job.protocol import (
     LineBuffer,
     ProtocolError,
@@ -194,7 +195,12 @@ class Member:
                 continue
             if now - last_hb >= HEARTBEAT:
                 last_hb = now
-                self._send("hb", idle=round(now - self._last_activity, 2))
+                fields: dict[str, Any] = {"idle": round(now - self._last_activity, 2)}
+                if self.coord.hang_timeout is not None:
+                    cpu = descendants_cpu()
+                    if cpu is not None:
+                        fields["cpu"] = round(cpu, 2)
+                self._send("hb", **fields)
             if now - last_heard > self.coord.peer_timeout:
                 self._lost(
                     f"no word from node {self.coord.leader}'s marun for "
@@ -329,7 +335,8 @@ class Member:
                 self._stop_event = event
                 self._push(event)
         elif kind == "dump":
-            self._push(JobEvent("dump", 0, None))
+            # code 1: a sample for the watchdog to compare, not the dump of a hang
+            self._push(JobEvent("dump", 1 if body.get("sample") else 0, None))
         elif kind == "done":
             self._done_code = int(body.get("code", 0))
             self._done.set()

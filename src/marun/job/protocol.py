@@ -41,7 +41,7 @@ FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "end": {"outcome": (str,), "exit_code": (int,)},
     "welcome": {"instance": (str,)},
     "start": {},
-    "dump": {},
+    "dump": {"sample": (bool,)},
     "stop": {"code": (int,), "failure": (dict, type(None))},
     "done": {"code": (int,)},
     "refused": {"why": (str,)},

@@ -247,7 +247,11 @@ class Supervisor:
             elif event.kind == "dump" and self._phase is Phase.RUNNING and self._link is not None:
                 from marun.runtime.stacks import dump_stacks
 
-                self._link.report_stacks(dump_stacks(self._records, self._running, self._log_fds))
+                # code 1: the watchdog's sample (to compare with another): not written to logs
+                sample = event.code == 1
+                self._link.report_stacks(
+                    dump_stacks(self._records, self._running, self._log_fds, write=not sample)
+                )
             elif event.kind == "stop" and self._job_stop is None:
                 # Kept even when this node is already stopping: the job's first failure is
                 # printed at the end whichever node it was on.
