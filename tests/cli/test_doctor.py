@@ -156,7 +156,7 @@ def test_a_multi_node_job_without_a_secret_is_warned(tmp_path: Path, ssh_dir: Pa
     """No MARUN_JOB_TOKEN and no ssh key: a forged failure could stop the job."""
     empty = tmp_path / "nossh"
     empty.mkdir(mode=0o700)
-    code, checks = doctor(tmp_path, "--mode", "pytorch", MA_NUM_HOSTS="2", MARUN_SSH_DIR=str(empty))
+    _, checks = doctor(tmp_path, "--mode", "pytorch", MA_NUM_HOSTS="2", MARUN_SSH_DIR=str(empty))
     assert checks["job secret"]["status"] == "warn", checks
     assert "can stop the job with a forged failure" in checks["job secret"]["detail"]
     _, token = doctor(tmp_path, "--mode", "pytorch", MA_NUM_HOSTS="2", MARUN_JOB_TOKEN="t0k-v4lue")

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,8 +37,11 @@ def test_a_signal_to_one_node_s_marun_mid_run_stops_the_job(
 ) -> None:
     job.start([0, 1, 2])
     ranks_up(job)
+    signalled = time.monotonic()
     job.signal(node, signum)
     codes = job.finish()
+    took = time.monotonic() - signalled
+    print(f"{signal.Signals(signum).name} to node {node}: every node ended within {took:.2f}s")
     code = 128 + signum
     # The signalled node exits 128+N, and so does every other: the job's status.
     assert codes == {0: code, 1: code, 2: code}, job.report()
@@ -126,8 +130,6 @@ def test_nodes_lost_while_node_0_was_frozen_end_when_they_gave_up(tmp_path: Path
         job.signal(0, signal.SIGSTOP)
         for i in (1, 2):
             job.nodes[i].proc.wait(60)
-        import time
-
         thawed = time.time()
         job.signal(0, signal.SIGCONT)
         job.finish()
