@@ -50,7 +50,14 @@ class Node:
 
 
 class LoopbackJob:
-    def __init__(self, root: Path, nodes: int = 3, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        nodes: int = 3,
+        env: Mapping[str, str] | None = None,
+        python: str = sys.executable,
+    ) -> None:
+        self.python = python
         self.root = root
         self.n = nodes
         self.port = free_port()
@@ -87,7 +94,7 @@ class LoopbackJob:
             work = self.work(i)
             work.mkdir(parents=True, exist_ok=True)
             (work / "ranks.py").write_text(script)
-            argv = [sys.executable, "-m", "marun", "run", *self.options, "--", "ranks.py"]
+            argv = [self.python, "-m", "marun", "run", *self.options, "--", "ranks.py"]
             argv += ["--init_method", f"tcp://127.0.0.1:{self.master}"]
             argv += ["--rank", str(i), "--world_size", str(self.n)]
             self.runs[i] = self.runs.get(i, 0) + 1

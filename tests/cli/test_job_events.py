@@ -181,6 +181,25 @@ def test_the_hang_watchdog_leaves_a_busy_quiet_job_alone(tmp_path: Path) -> None
         job.kill_all()
 
 
+@pytest.mark.e2e
+def test_with_py_spy_a_busy_quiet_job_is_left_alone_too(tmp_path: Path) -> None:
+    """With stacks to compare (py-spy, in the torch venv): a silent loop samples the same line
+    twice, but its thread is on CPU: working, not stuck."""
+    from conftest import REPO
+
+    python = REPO / ".cache" / "venvs" / "torch" / "bin" / "python"
+    if not (python.parent / "py-spy").is_file():
+        pytest.skip("no py-spy beside the torch venv's python: run scripts/frameworks.sh torch")
+    job = LoopbackJob(tmp_path, nodes=2, env={"RUN_FOR": "16"}, python=str(python))
+    job.options = ["--hang-timeout", "4"]
+    try:
+        job.start([0, 1], BUSY_QUIET)
+        assert job.finish() == {0: 0, 1: 0}, job.report()
+        assert "job_quiet_but_busy" in job.nodes[0].output, job.report()
+    finally:
+        job.kill_all()
+
+
 def test_the_hang_watchdog_stops_a_silent_idle_job_saying_why(tmp_path: Path) -> None:
     job = LoopbackJob(tmp_path, nodes=2)
     job.options = ["--hang-timeout", "4"]

@@ -81,9 +81,20 @@ def test_busy_with_stacks_that_change_is_working() -> None:
     assert "stacks change" in str(asked.logged[0][1]["judged"])
 
 
-def test_busy_with_the_same_stacks_is_spinning_in_place() -> None:
-    why, _ = run_samples(["all_reduce:5", "all_reduce:5"], ["all_reduce:5", "all_reduce:5"])
-    assert why is not None and "stacks were the same" in why and "spinning" in why
+IDLE_WAIT = 'Thread 1 (idle): "MainThread"\n    synchronize (cuda.py:5)'
+BUSY_LOOP = 'Thread 1 (active): "MainThread"\n    train_step (train.py:7)'
+
+
+def test_busy_with_idle_python_threads_in_the_same_place_is_stuck() -> None:
+    why, _ = run_samples([IDLE_WAIT, IDLE_WAIT], [IDLE_WAIT, IDLE_WAIT])
+    assert why is not None and "in the same place" in why and "native spinning" in why
+
+
+def test_a_silent_loop_sampled_on_the_same_line_twice_is_working() -> None:
+    """The issue's false alarm: a CPU loop in train_step whose samples happen to agree."""
+    why, asked = run_samples([BUSY_LOOP, BUSY_LOOP], [BUSY_LOOP, BUSY_LOOP])
+    assert why is None
+    assert "a Python thread is on CPU" in str(asked.logged[0][1]["judged"])
 
 
 def test_busy_without_py_spy_is_left_alone() -> None:

@@ -4,9 +4,12 @@ ranks have been silent for hang_timeout hung, or quietly working?
 Silence is where it starts, never the whole case:
 1. The ranks' CPU time (each node's heartbeat carries its ranks' total, marun.job.cputime):
    if it did not advance over the silent time, nothing runs: hung.
-2. If it did (a CPU loop that prints nothing, or a collective that spins while it waits): two
-   samples of every rank's stacks (py-spy), SAMPLE_GAP apart. The same on every rank: it
-   spins in place, hung. Different: it works; logged, and judged again a hang_timeout later.
+2. If it did (a CPU loop that prints nothing, or a native thread that spins while the Python
+   thread waits): two samples of every rank's stacks (py-spy), SAMPLE_GAP apart. The same on
+   every rank and no Python thread on CPU in either (py-spy marks each thread active or idle):
+   the Python side waits in place while something native spins, hung. Otherwise (stacks that
+   change, or a Python thread that is active: a silent loop in train_step looks the same twice
+   when it spins on one line) it is working; logged, and judged again a hang_timeout later.
 3. Without py-spy there is nothing to compare: a busy, silent job is not stopped (logged).
    Without CPU figures (no /proc) the watchdog judges on silence alone, and says so.
 The reason goes into the job's first failure (every node prints it; job.json keeps it).
@@ -22,6 +25,7 @@ IDLE_CPU = 0.05  # CPU seconds per second per node below which a node's ranks co
 SAMPLE_GAP = 5.0  # seconds between the two stack samples
 STACKS_WAIT = 15.0  # seconds to wait for every node's stacks
 MISSING_MARK = "py-spy is not installed"
+ACTIVE_MARK = "(active"  # py-spy dump: `Thread 12 (active): "MainThread"`, or (idle)
 
 
 class Node(Protocol):
@@ -87,13 +91,18 @@ class HangJudge:
             self._sample(nodes, now, "second")
         elif self._state == "second" and got:
             same = all(self._first.get((n.node, n.slot)) == n.stacks for n in nodes)
-            if same:
+            active = any(ACTIVE_MARK in (s or "") for s in [*self._first.values()] + [
+                n.stacks for n in nodes
+            ])  # fmt: skip
+            if same and not active:
                 return (
                     f"hang: no rank of the job wrote a line for {self.limit:g}s; its ranks used "
-                    f"{self._busy:.1f}s of CPU, but every rank's stacks were the same "
-                    f"{SAMPLE_GAP:g}s apart: spinning in place, not progressing"
+                    f"{self._busy:.1f}s of CPU, but every rank's Python threads waited, idle, in "
+                    f"the same place {SAMPLE_GAP:g}s apart: stuck, with something native spinning"
                 )
-            self._quiet_but_busy("the ranks' stacks change", now)
+            self._quiet_but_busy(
+                "a Python thread is on CPU" if active else "the ranks' stacks change", now
+            )
         elif self._state == "rest" and now - self._since >= self.limit:
             self._state = "watch"  # judge again
         return None
