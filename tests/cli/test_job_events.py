@@ -214,3 +214,34 @@ def test_the_hang_watchdog_stops_a_silent_idle_job_saying_why(tmp_path: Path) ->
             ), job.report()
     finally:
         job.kill_all()
+
+
+@pytest.mark.parametrize("hosts", ["127.0.0.1,127.0.0.2,127.0.0.3", None], ids=["ids", "same-id"])
+def test_another_job_on_the_same_port_is_refused_and_job_a_goes_on(
+    tmp_path: Path, hosts: str | None
+) -> None:
+    """Job B (no MA_VJ_NAME, the same init_method and job port, the same token) starts nodes 1
+    and 2 while job A runs. With other hosts its job id differs: refused at the hello by id.
+    With nothing to tell them apart, node 1's and 2's places are held by job A's talking marun:
+    turned away. Either way one line on each side, and job A ends 0."""
+    a = LoopbackJob(tmp_path / "a", env={"RUN_FOR": "8"})
+    b = LoopbackJob(tmp_path / "b", env={"MARUN_ARRIVAL_TIMEOUT": "4", "MARUN_PEER_TIMEOUT": "3"})
+    b.port, b.master = a.port, a.master
+    if hosts:
+        b.extra["VC_WORKER_HOSTS"] = hosts
+    try:
+        a.start([0, 1, 2])
+        ranks_up(a)
+        b.start([1, 2])
+        codes_b = b.finish()
+        assert a.finish() == {0: 0, 1: 0, 2: 0}, a.report() + b.report()
+        assert codes_b == {1: 1, 2: 1}, b.report()
+        why = "another job's marun" if hosts else "is here already"
+        assert why in a.nodes[0].output, a.report()
+        for i in (1, 2):
+            out = b.nodes[i].output
+            assert out.count("job_refused") == 1 and why in out, b.report()
+            assert " up" not in out.replace("nodes up", "")
+    finally:
+        a.kill_all()
+        b.kill_all()
