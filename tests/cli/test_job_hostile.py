@@ -301,3 +301,49 @@ def test_out_of_descriptors_node_0_neither_spins_nor_loses_job_json(tmp_path: Pa
     assert (tmp_path / "job.json").is_file(), out
     cpu = next(line for line in out.splitlines() if line.startswith("cpu "))
     print(f"node 0 at its file limit with 60 connections waiting: {cpu}s of CPU in 2s")
+
+
+def test_a_member_survives_whatever_its_node_0_sends(tmp_path: Path) -> None:
+    """The member's side: a fake node 0 on a real socket sends malformed challenges, then a
+    good one followed by malformed and foreign lines. The member's thread lives on, refuses
+    each, and still takes the good `start` that follows."""
+    from marun.job.protocol import encode, new_nonce
+
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    port = server.getsockname()[1]
+    log = Log()
+    member = Member(coordination(1, port), SECRET, "h1", log=log)
+    try:
+        for line in MALFORMED[:4]:  # as the challenge: the connection is given up, and retried
+            peer, _ = server.accept()
+            peer.sendall(line + b"\n")
+            peer.close()
+        peer, _ = server.accept()
+        peer.settimeout(10)
+        ours = new_nonce()
+        body = {"job": "job-a", "node": 0, "slot": 0}
+        peer.sendall(encode(SECRET, {**body, "type": "challenge", "nonce": ours, "seq": 0}))
+        hello = decode_line(peer.recv(1 << 16))
+        assert hello["type"] == "hello"
+        theirs = hello["nonce"]
+        junk = [*MALFORMED, encode(b"forged", {**body, "type": "stop", "code": 9})]
+        peer.sendall(b"\n".join(junk) + b"\n")
+        peer.sendall(encode(SECRET, {**body, "type": "start", "peer": theirs, "seq": 1}))
+        wait_event(member, "start")
+        assert member._thread.is_alive()
+        refused = log.named("job_message_refused")
+        assert len(refused) >= len(junk), log.events
+        assert not log.named("job_member_error"), log.events
+        peer.close()
+    finally:
+        member.close()
+        server.close()
+
+
+def decode_line(data: bytes) -> dict[str, Any]:
+    from marun.job.protocol import decode
+
+    return decode(SECRET, "job-a", data.split(b"\n")[0])
