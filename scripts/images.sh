@@ -10,9 +10,10 @@
 #                                           for Python X.Y, default this one's; no root needed)
 #
 # Steps, each skipped when done already (a second run takes seconds):
-#  1. podman, runc, debootstrap, uidmap from Debian, when missing;
-#  2. a Debian rootfs (debootstrap minbase, python3; a venv at /opt/python first on PATH, as a
-#     framework image's conda or venv Python is), cached in $MARUN_IMAGES_DIR/rootfs;
+#  1. podman, runc, debootstrap, uidmap, netavark, aardvark-dns, iptables, catatonit from Debian,
+#     when missing;
+#  2. a Debian rootfs (debootstrap minbase, python3, libgomp1; a venv at /opt/python first on
+#     PATH, as a framework image's conda or venv Python is), cached in $MARUN_IMAGES_DIR/rootfs;
 #  3. that rootfs imported as localhost/bookworm-min, tagged with each Dockerfile's default
 #     BASE_IMAGE (so `FROM ${BASE_IMAGE}` resolves locally; builds use --pull=never);
 #  4. the build context: marun's wheel and its dependencies' (plus mpi4py) for the base's Python,
@@ -35,7 +36,9 @@ BASE=localhost/bookworm-min:latest
 MPI4PY=${MARUN_MPI4PY:-mpi4py==4.1.2} # the release scripts/frameworks.sh tests with
 MPI_DEBS=(openmpi-bin openssh-server openssh-client)
 # Bump when the rootfs recipe below changes: the cached rootfs is rebuilt.
-ROOTFS_RECIPE="bookworm minbase python3 python3-venv ca-certificates /opt/python v1"
+# libgomp1: the OpenMP runtime framework images carry and MindSpore's CPU build loads from the
+# system (torch and TensorFlow bundle theirs).
+ROOTFS_RECIPE="bookworm minbase python3 python3-venv ca-certificates libgomp1 /opt/python v2"
 PY_PATH=/opt/python/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 say() { printf '[images] %s\n' "$*" >&2; }
@@ -62,6 +65,7 @@ cgroup_manager = "cgroupfs"
 events_logger = "file"
 tmp_dir = "$W/libpodtmp"
 [network]
+network_backend = "netavark"
 network_config_dir = "$W/networks"
 EOF
     )
@@ -122,13 +126,16 @@ flock 9 # one build at a time in this directory
 
 # 1. host packages
 need=()
-for pkg in podman runc debootstrap uidmap; do
+# netavark, aardvark-dns and iptables (netavark's firewall rules): container networks with DNS
+# for container names (tests/e2e/test_cluster_images.py); catatonit: a pod's infra container.
+for pkg in podman runc debootstrap uidmap netavark aardvark-dns iptables catatonit; do
     [[ $(dpkg-query -W -f '${Status}' "$pkg" 2>/dev/null) == "install ok installed" ]] || need+=("$pkg")
 done
 if ((${#need[@]})); then
     say "installing ${need[*]} from Debian"
     has_candidate podman || run apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive run apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    DEBIAN_FRONTEND=noninteractive run apt-get install -y -qq --no-install-recommends \
+        -o DPkg::Lock::Timeout=600 "${need[@]}" >/dev/null
 fi
 podman_env
 
@@ -142,7 +149,7 @@ if [[ ${MARUN_IMAGES_FRESH:-0} == 1 || $(cat "$rootfs/.marun-recipe" 2>/dev/null
     mirror=${mirror:-http://deb.debian.org/debian}
     say "building the rootfs from $mirror (about a minute; log: $W/debootstrap.log)"
     rm -rf "$rootfs" "$rootfs.tmp"
-    debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
+    debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates,libgomp1 \
         bookworm "$rootfs.tmp" "$mirror" >"$W/debootstrap.log" 2>&1 ||
         { tail -20 "$W/debootstrap.log" >&2; die "debootstrap failed"; }
     # A framework image's Python (conda, a venv) has pip and is first on PATH; Debian's own
