@@ -334,6 +334,8 @@ class PodCluster:
         # MARUN_IMAGES_DIR) may be about to take too. No option names it; the config does.
         config = IMAGES_DIR / "networks" / f"{self.network}.json"
         data = json.loads(config.read_text())
+        # No route out: nothing a test's pods send can leave the machine.
+        assert data.get("internal") is True, f"{self.network} is not --internal: {data}"
         data["network_interface"] = self._bridge
         config.write_text(json.dumps(data, indent=2))
         return self
