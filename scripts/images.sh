@@ -210,6 +210,8 @@ if ! key deps "$deps_key"; then
 fi
 rm -rf "$ctx/docker" "$ctx/entrypoints"
 cp -r "$REPO/docker" "$REPO/entrypoints" "$ctx/"
+# Their READMEs are not installed: an edit to one must not rebuild every image.
+find "$ctx/docker" "$ctx/entrypoints" -name '*.md' -delete
 # What the base lacks of OpenMPI and openssh-server: the host's apt (the same Debian release)
 # computes it against the rootfs's package database and downloads it.
 debs_key="$stamp ${MPI_DEBS[*]}"
