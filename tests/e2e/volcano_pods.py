@@ -325,10 +325,23 @@ class PodCluster:
         self._bridge = f"mt{random.randrange(16**10):010x}"  # 15 characters at most
 
     def __enter__(self) -> PodCluster:
-        # What a run killed half-way left, under the same pod names.
+        # What a run killed half-way left: pods under the same names, networks of dead runs.
         names = [p.name for p in self.pods]
         podman("pod", "rm", "-f", "-t", "0", *names, check=False)
+        listed = podman("network", "ls", "--format", "{{.Name}}", check=False).stdout.split()
+        for network in listed:
+            match = re.fullmatch(r"marun-test-(\d+)-[0-9a-f]+", network)
+            if match and not Path(f"/proc/{match.group(1)}").exists():
+                podman("network", "rm", "-f", network, check=False)
         podman("network", "create", "--internal", "--subnet", str(self.subnet), self.network)
+        try:
+            self._name_bridge()
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def _name_bridge(self) -> None:
         # Its bridge's name: podman 4.3 picks the first free podman<N> among the networks of
         # its own config directory, which another checkout's test run (another
         # MARUN_IMAGES_DIR) may be about to take too. No option names it; the config does.
@@ -338,7 +351,6 @@ class PodCluster:
         assert data.get("internal") is True, f"{self.network} is not --internal: {data}"
         data["network_interface"] = self._bridge
         config.write_text(json.dumps(data, indent=2))
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.down()
