@@ -133,9 +133,9 @@ for pkg in podman runc debootstrap uidmap netavark aardvark-dns iptables cataton
 done
 if ((${#need[@]})); then
     say "installing ${need[*]} from Debian"
-    has_candidate podman || run apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive run apt-get install -y -qq --no-install-recommends \
-        -o DPkg::Lock::Timeout=600 "${need[@]}" >/dev/null
+    has_candidate podman || run bash "$REPO/scripts/apt-get.sh" update -qq
+    DEBIAN_FRONTEND=noninteractive run bash "$REPO/scripts/apt-get.sh" install -y -qq \
+        --no-install-recommends "${need[@]}" >/dev/null
 fi
 podman_env
 
@@ -218,7 +218,7 @@ debs_key="$stamp ${MPI_DEBS[*]}"
 if ! key debs "$debs_key"; then
     rm -rf "$ctx/debs" "$ctx/.key-debs"
     mkdir -p "$ctx/debs/partial"
-    has_candidate openmpi-bin || run apt-get update -qq
+    has_candidate openmpi-bin || run bash "$REPO/scripts/apt-get.sh" update -qq
     apt-get install -y -qq --download-only --no-install-recommends \
         -o Dir::Cache::archives="$ctx/debs" -o Dir::State::status="$rootfs/var/lib/dpkg/status" \
         -o Debug::NoLocking=1 "${MPI_DEBS[@]}" >/dev/null

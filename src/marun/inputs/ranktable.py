@@ -504,6 +504,21 @@ def load_platform_rank_table(platform: Platform, raw: str) -> RankTable:
     return table
 
 
+def plans_per_device(mode: str, platform: Platform) -> bool:
+    """Whether each of the platform's once-per-device starts plans its own rank's processes:
+    ascend always (unless --per-node); mindspore from a rank table when the start has its
+    RANK_ID (the worker of that rank, and on the scheduler's rank the scheduler too)."""
+    if platform.settings.per_node:
+        return False
+    if mode == "ascend":
+        return True
+    return (
+        mode == "mindspore"
+        and bool(platform.env.get("RANK_TABLE_FILE", "").strip())
+        and bool(platform.env.get("RANK_ID", "").strip())
+    )
+
+
 # -- which server is this node ----------------------------------------------------------------
 
 

@@ -151,12 +151,20 @@ def _layout(mode: str, platform: Platform, plan: LaunchPlan) -> tuple[str, int, 
     if mode == "mindspore":
         sched = node.processes[0].env.get("MS_SCHED_HOST", "") if node.processes else ""
         count = platform.num_hosts()
-        if platform.env.get("RANK_TABLE_FILE") and not platform.env.get("MA_NUM_HOSTS"):
-            from marun.inputs.ranktable import load_rank_table
+        if not platform.env.get("RANK_TABLE_FILE"):
+            return sched, count, 0, 1, 0
+        from marun.inputs.ranktable import load_platform_rank_table, plans_per_device
 
-            path = platform.env["RANK_TABLE_FILE"]
-            count = len(load_rank_table(path, platform.settings.ranktable_timeout).servers)
-        return sched, count, 0, 1, 0
+        table = load_platform_rank_table(platform, platform.env["RANK_TABLE_FILE"])
+        count = len(table.servers)
+        ranks = [p.rank for p in node.processes if p.role == "worker"]
+        if not plans_per_device(mode, platform) or not ranks:
+            return sched, count, 0, 1, 0
+        # One marun per device (the platform's once-per-device starts): each is a slot of its
+        # server, by its worker's place among the server's devices, as in ascend mode.
+        server = table.servers[node.index]
+        slot = next((i for i, d in enumerate(server.devices) if d.rank == ranks[0]), 0)
+        return sched, count, 0, len(server.devices), slot
     if mode == "ascend":
         import os
 

@@ -33,6 +33,7 @@ from marun.inputs.ranktable import (
     RankTable,
     Server,
     load_platform_rank_table,
+    plans_per_device,
     rank_id_from_env,
     this_server_index,
 )
@@ -107,7 +108,7 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     argv = script_argv(platform)  # before the wait on the table: a missing script fails at once
     table = load_platform_rank_table(platform, _table_path(platform))
     own_rank = rank_id_from_env(platform, table)
-    per_device = not platform.settings.per_node
+    per_device = plans_per_device(MODE, platform)
     notes: list[str] = []
 
     if all_nodes:

@@ -281,12 +281,17 @@ def _server_address(server: Server) -> str | None:
 def _from_rank_table(
     platform: Platform, all_nodes: bool, override: str | None, raw_path: str
 ) -> _Layout:
-    from marun.inputs.ranktable import load_platform_rank_table, rank_id_from_env, this_server_index
+    from marun.inputs.ranktable import (
+        load_platform_rank_table,
+        plans_per_device,
+        rank_id_from_env,
+        this_server_index,
+    )
 
     table = load_platform_rank_table(platform, raw_path)
     servers = table.servers
     own_rank = rank_id_from_env(platform, table)
-    per_device = own_rank is not None and not platform.settings.per_node
+    per_device = plans_per_device(MODE, platform)
     notes: list[str] = []
     this_index: int | None
     try:
