@@ -517,9 +517,20 @@ BASE_ENV = {
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        return int(sock.getsockname()[1])
+    """A port free now and outside the kernel's ephemeral range (32768-60999 here): the corpus
+    binds it again and again for minutes, and a port from that range (what bind(0) gives) can be
+    taken meanwhile as the local end of any outgoing connection on the machine."""
+    import random
+
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    while True:
+        port = random.randrange(10000, min(low, 32768))
+        with socket.socket() as sock:
+            try:
+                sock.bind(("", port))
+            except OSError:
+                continue
+            return port
 
 
 def _port_env() -> dict[str, str]:
