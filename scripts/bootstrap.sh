@@ -16,8 +16,9 @@ done
 if [ "$missing" = 1 ]; then
   if [ "$(id -u)" = 0 ]; then
     log "installing ${apt_pkgs[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${apt_pkgs[@]}" >/dev/null
+    # scripts/apt-get.sh waits for another apt/dpkg run's lock instead of failing with exit 100.
+    bash scripts/apt-get.sh update -qq
+    DEBIAN_FRONTEND=noninteractive bash scripts/apt-get.sh install -y -qq "${apt_pkgs[@]}" >/dev/null
   else
     log "missing system tools (mpirun, sshd, ip, unshare); as root run: apt-get install ${apt_pkgs[*]}"
   fi

@@ -10,9 +10,10 @@
 #                                           for Python X.Y, default this one's; no root needed)
 #
 # Steps, each skipped when done already (a second run takes seconds):
-#  1. podman, runc, debootstrap, uidmap from Debian, when missing;
-#  2. a Debian rootfs (debootstrap minbase, python3; a venv at /opt/python first on PATH, as a
-#     framework image's conda or venv Python is), cached in $MARUN_IMAGES_DIR/rootfs;
+#  1. podman, runc, debootstrap, uidmap, netavark, aardvark-dns, iptables, catatonit from Debian,
+#     when missing;
+#  2. a Debian rootfs (debootstrap minbase, python3, libgomp1; a venv at /opt/python first on
+#     PATH, as a framework image's conda or venv Python is), cached in $MARUN_IMAGES_DIR/rootfs;
 #  3. that rootfs imported as localhost/bookworm-min, tagged with each Dockerfile's default
 #     BASE_IMAGE (so `FROM ${BASE_IMAGE}` resolves locally; builds use --pull=never);
 #  4. the build context: marun's wheel and its dependencies' (plus mpi4py) for the base's Python,
@@ -35,7 +36,9 @@ BASE=localhost/bookworm-min:latest
 MPI4PY=${MARUN_MPI4PY:-mpi4py==4.1.2} # the release scripts/frameworks.sh tests with
 MPI_DEBS=(openmpi-bin openssh-server openssh-client)
 # Bump when the rootfs recipe below changes: the cached rootfs is rebuilt.
-ROOTFS_RECIPE="bookworm minbase python3 python3-venv ca-certificates /opt/python v1"
+# libgomp1: the OpenMP runtime framework images carry and MindSpore's CPU build loads from the
+# system (torch and TensorFlow bundle theirs).
+ROOTFS_RECIPE="bookworm minbase python3 python3-venv ca-certificates libgomp1 /opt/python v2"
 PY_PATH=/opt/python/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 say() { printf '[images] %s\n' "$*" >&2; }
@@ -62,6 +65,7 @@ cgroup_manager = "cgroupfs"
 events_logger = "file"
 tmp_dir = "$W/libpodtmp"
 [network]
+network_backend = "netavark"
 network_config_dir = "$W/networks"
 EOF
     )
@@ -122,13 +126,16 @@ flock 9 # one build at a time in this directory
 
 # 1. host packages
 need=()
-for pkg in podman runc debootstrap uidmap; do
+# netavark, aardvark-dns and iptables (netavark's firewall rules): container networks with DNS
+# for container names (tests/e2e/test_cluster_images.py); catatonit: a pod's infra container.
+for pkg in podman runc debootstrap uidmap netavark aardvark-dns iptables catatonit; do
     [[ $(dpkg-query -W -f '${Status}' "$pkg" 2>/dev/null) == "install ok installed" ]] || need+=("$pkg")
 done
 if ((${#need[@]})); then
     say "installing ${need[*]} from Debian"
-    has_candidate podman || run apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive run apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    has_candidate podman || run bash "$REPO/scripts/apt-get.sh" update -qq
+    DEBIAN_FRONTEND=noninteractive run bash "$REPO/scripts/apt-get.sh" install -y -qq \
+        --no-install-recommends "${need[@]}" >/dev/null
 fi
 podman_env
 
@@ -142,7 +149,7 @@ if [[ ${MARUN_IMAGES_FRESH:-0} == 1 || $(cat "$rootfs/.marun-recipe" 2>/dev/null
     mirror=${mirror:-http://deb.debian.org/debian}
     say "building the rootfs from $mirror (about a minute; log: $W/debootstrap.log)"
     rm -rf "$rootfs" "$rootfs.tmp"
-    debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
+    debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates,libgomp1 \
         bookworm "$rootfs.tmp" "$mirror" >"$W/debootstrap.log" 2>&1 ||
         { tail -20 "$W/debootstrap.log" >&2; die "debootstrap failed"; }
     # A framework image's Python (conda, a venv) has pip and is first on PATH; Debian's own
@@ -172,25 +179,59 @@ for engine in "${engines[@]}"; do
     pm tag "$BASE" "$default"
 done
 
-# 4. build context
+# 4. build context, each part remade only when what it is made from changed (a run with nothing
+# changed then costs no pip or apt work: about 10 s of its 27 s here went to downloading the same
+# .debs again, 13 s to pip; with a change to marun only the wheel is rebuilt).
 ctx=$W/context
 say "build context $ctx: wheels for Python $pyver, .debs, docker/, entrypoints/"
-write_context "$ctx" "$pyver"
-mkdir -p "$ctx/debs/partial"
+mkdir -p "$ctx/wheels"
+key() { [[ $(cat "$ctx/.key-$1" 2>/dev/null) == "$2" ]]; }
+# marun's wheel: from src/marun and the project's metadata files.
+wheel_key=$(cd "$REPO" && find src/marun pyproject.toml README.md LICENSE -type f \
+    ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum |
+    sha256sum | cut -c1-16)
+if ! key wheel "$wheel_key" || ! ls "$ctx"/wheels/marun-*.whl >/dev/null 2>&1; then
+    rm -f "$ctx"/wheels/marun-*.whl "$ctx/.key-wheel"
+    isolation=()
+    # hatchling at hand (marun's dev extra): no build environment to make (pip's isolated
+    # build installs hatchling into a fresh one every time).
+    "${pip[0]}" -c 'import hatchling' 2>/dev/null && isolation=(--no-build-isolation)
+    quiet_pip wheel --no-deps "${isolation[@]}" -w "$ctx/wheels" "$REPO"
+    echo "$wheel_key" >"$ctx/.key-wheel"
+fi
+# Its dependencies' wheels (and mpi4py's): from the dependencies pyproject.toml names.
+deps_key=$( (sha256sum <"$REPO/pyproject.toml"; echo "$MPI4PY $pyver") | sha256sum | cut -c1-16)
+if ! key deps "$deps_key"; then
+    find "$ctx/wheels" -type f ! -name 'marun-*.whl' -delete
+    rm -f "$ctx/.key-deps"
+    quiet_pip download --only-binary=:all: --python-version "$pyver" -d "$ctx/wheels" \
+        "$ctx"/wheels/marun-*.whl "$MPI4PY"
+    echo "$deps_key" >"$ctx/.key-deps"
+fi
+rm -rf "$ctx/docker" "$ctx/entrypoints"
+cp -r "$REPO/docker" "$REPO/entrypoints" "$ctx/"
+# Their READMEs are not installed: an edit to one must not rebuild every image.
+find "$ctx/docker" "$ctx/entrypoints" -name '*.md' -delete
 # What the base lacks of OpenMPI and openssh-server: the host's apt (the same Debian release)
 # computes it against the rootfs's package database and downloads it.
-has_candidate openmpi-bin || run apt-get update -qq
-apt-get install -y -qq --download-only --no-install-recommends \
-    -o Dir::Cache::archives="$ctx/debs" -o Dir::State::status="$rootfs/var/lib/dpkg/status" \
-    -o Debug::NoLocking=1 "${MPI_DEBS[@]}" >/dev/null
-rm -rf "$ctx/debs/partial" "$ctx/debs/lock"
+debs_key="$stamp ${MPI_DEBS[*]}"
+if ! key debs "$debs_key"; then
+    rm -rf "$ctx/debs" "$ctx/.key-debs"
+    mkdir -p "$ctx/debs/partial"
+    has_candidate openmpi-bin || run bash "$REPO/scripts/apt-get.sh" update -qq
+    apt-get install -y -qq --download-only --no-install-recommends \
+        -o Dir::Cache::archives="$ctx/debs" -o Dir::State::status="$rootfs/var/lib/dpkg/status" \
+        -o Debug::NoLocking=1 "${MPI_DEBS[@]}" >/dev/null
+    rm -rf "$ctx/debs/partial" "$ctx/debs/lock"
+    echo "$debs_key" >"$ctx/.key-debs"
+fi
 count() { find "$1" -name "$2" | wc -l; }
 say "context: $(count "$ctx/wheels" '*.whl') wheels, $(count "$ctx/debs" '*.deb') .debs"
 
 # 5. images. An image is rebuilt only when its context or base changed, and then without the
 # layer cache: podman's cache key of a `RUN --mount=type=bind` step ignores the mounted files,
 # so a cached layer would keep an old marun.
-digest=$( (cd "$ctx" && find . -type f -print0 | sort -z | xargs -0 sha256sum
+digest=$( (cd "$ctx" && find . -type f ! -name '.key-*' -print0 | sort -z | xargs -0 sha256sum
     pm image inspect --format '{{.Id}}' "$BASE") | sha256sum | cut -c1-16)
 for engine in "${engines[@]}"; do
     image=localhost/marun-$engine:latest

@@ -31,4 +31,5 @@ if [ -f bench/run_all.py ]; then
   .venv/bin/python bench/run_all.py --small
 fi
 echo "[test] slow lane: tests/cli tests/e2e"
-exec .venv/bin/pytest tests/cli tests/e2e "$@"
+# The 15 slowest tests, so the next engineer sees where the time goes.
+exec .venv/bin/pytest --durations=15 tests/cli tests/e2e "$@"

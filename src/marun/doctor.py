@@ -267,6 +267,25 @@ def check_ports(platform: Platform, mode: str | None) -> list[Check]:
     return checks
 
 
+def check_job_secret(platform: Platform, mode: str | None) -> list[Check]:
+    """A multi-node job's coordination without a secret: anyone on the job's hosts can forge
+    a failure that stops the job (docs/supervision.md, "Trust")."""
+    from marun.plan.coordination import NO_SECRET_NOTE, TOKEN_VAR, ssh_key_path
+
+    try:
+        nodes = platform.num_hosts()
+    except InputError:
+        return []
+    if nodes <= 1 or mode == "mpi":
+        return []
+    if platform.env.get(TOKEN_VAR):
+        return [Check("job secret", OK, f"{TOKEN_VAR} (its value is not shown)")]
+    key = ssh_key_path(platform)
+    if os.path.isfile(key):
+        return [Check("job secret", OK, f"Volcano's ssh key {key}")]
+    return [Check("job secret", WARN, NO_SECRET_NOTE.removeprefix("WARNING: "))]
+
+
 def run_checks(platform: Platform, mode: str | None) -> list[Check]:
     checks = [check_python(), *check_dependencies(), *check_framework(mode)]
     checks += check_mpi_tools(platform, required=mode == "mpi")
@@ -275,6 +294,7 @@ def run_checks(platform: Platform, mode: str | None) -> list[Check]:
     checks.append(check_hostname(platform))
     checks.append(check_rank_table(platform))
     checks += check_ports(platform, mode)
+    checks += check_job_secret(platform, mode)
     return checks
 
 

@@ -21,9 +21,10 @@ import json
 import os
 import select
 import signal
+import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -513,6 +514,37 @@ BASE_ENV = {
     "MARUN_FORMATION_TIMEOUT": "1",
     "MARUN_GRACE_PERIOD": "1",
 }
+
+
+def _free_port() -> int:
+    """A port free now and outside the kernel's ephemeral range (32768-60999 here): the corpus
+    binds it again and again for minutes, and a port from that range (what bind(0) gives) can be
+    taken meanwhile as the local end of any outgoing connection on the machine."""
+    import random
+
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    while True:
+        port = random.randrange(10000, min(low, 32768))
+        with socket.socket() as sock:
+            try:
+                sock.bind(("", port))
+            except OSError:
+                continue
+            return port
+
+
+def _port_env() -> dict[str, str]:
+    """Ports that `run` binds on this host (MPI's sshd and watch port, MindSpore's scheduler),
+    free when the corpus starts: the defaults (36666, 36667, 8118) may be held by anything else
+    on the machine, and a case would then fail on "Address already in use" instead of on its
+    input. A case that sets one of these itself keeps its own value."""
+    return {
+        "MARUN_SSHD_PORT": str(_free_port()),
+        "MARUN_MPI_WATCH_PORT": str(_free_port()),
+        "MARUN_MS_SCHED_PORT": str(_free_port()),
+    }
+
+
 CASE_TIMEOUT = 60.0
 
 
@@ -537,7 +569,7 @@ def _preload() -> None:
     import yaml  # noqa: F401 - loaded lazily by the settings reader
 
 
-def run_case(case: Case, command: str, work: Path) -> Outcome:
+def run_case(case: Case, command: str, work: Path, ports: Mapping[str, str]) -> Outcome:
     from marun.cli import main
 
     case_dir = work / "case"
@@ -547,7 +579,7 @@ def run_case(case: Case, command: str, work: Path) -> Outcome:
         _write(case_dir, name, content)
     started_dir = work / "started"
     started_dir.mkdir()
-    env = {**BASE_ENV, **case.env, "CORPUS_STARTED": str(started_dir)}
+    env = {**BASE_ENV, **ports, **case.env, "CORPUS_STARTED": str(started_dir)}
     out_path, err_path = work / "stdout", work / "stderr"
     pid = os.fork()
     if pid == 0:  # the child: becomes `marun COMMAND ARGS` and never returns
@@ -663,6 +695,7 @@ def test_the_corpus_is_large_and_covers_every_channel() -> None:
 @pytest.mark.parametrize("command", ["plan", "run"])
 def test_every_input_gives_a_plan_or_one_line_and_exit_2(command: str, tmp_path: Path) -> None:
     _preload()
+    ports = _port_env()
     failures: list[str] = []
     counts: dict[str, dict[str, int]] = {}
     tried = 0
@@ -671,7 +704,7 @@ def test_every_input_gives_a_plan_or_one_line_and_exit_2(command: str, tmp_path:
             continue
         work = tmp_path / f"c{i}"
         work.mkdir()
-        outcome = run_case(case, command, work)
+        outcome = run_case(case, command, work, ports)
         tried += 1
         wrong = judge(case, command, outcome)
         per = counts.setdefault(case.cls, {"tried": 0, "exit 0": 0, "exit 2": 0})

@@ -150,3 +150,19 @@ def test_busy_job_port_fails_on_a_multi_node_job(tmp_path: Path, ssh_dir: Path) 
     assert f"job_port={port}" in checks[f"port {port}"]["detail"]
     assert code == 1
     assert f"port {port}" not in single  # one node: no coordination, no port
+
+
+def test_a_multi_node_job_without_a_secret_is_warned(tmp_path: Path, ssh_dir: Path) -> None:
+    """No MARUN_JOB_TOKEN and no ssh key: a forged failure could stop the job."""
+    empty = tmp_path / "nossh"
+    empty.mkdir(mode=0o700)
+    _, checks = doctor(tmp_path, "--mode", "pytorch", MA_NUM_HOSTS="2", MARUN_SSH_DIR=str(empty))
+    assert checks["job secret"]["status"] == "warn", checks
+    assert "can stop the job with a forged failure" in checks["job secret"]["detail"]
+    _, token = doctor(tmp_path, "--mode", "pytorch", MA_NUM_HOSTS="2", MARUN_JOB_TOKEN="t0k-v4lue")
+    assert token["job secret"]["status"] == "ok"
+    assert "t0k-v4lue" not in json.dumps(token)
+    _, keyed = doctor(tmp_path, "--mode", "pytorch", MA_NUM_HOSTS="2", MARUN_SSH_DIR=str(ssh_dir))
+    assert keyed["job secret"]["status"] == "ok"
+    _, single = doctor(tmp_path, "--mode", "pytorch", MARUN_SSH_DIR=str(empty))
+    assert "job secret" not in single

@@ -5,7 +5,7 @@ images as the platform would: its variables, its appended arguments, its uid 100
 for SIGTERM, and two containers in network namespaces of their own for an MPI job.
 
 Needs root (debootstrap, rootful podman; scripts/images.sh installs podman from Debian). The
-first build takes about two minutes (the rootfs, cached in .cache/images/), later ones seconds.
+first build takes a few minutes (the rootfs, cached in .cache/images/), later ones seconds.
 Every container a test starts is removed at its end.
 """
 
@@ -33,7 +33,7 @@ IMAGES_SH = REPO / "scripts" / "images.sh"
 EXAMPLES = REPO / "examples"
 RANKTABLES = REPO / "tests" / "data" / "ranktables"
 START_FILES = REPO / "entrypoints"
-BUILD_TIMEOUT = 900  # seconds; a hang guard only (a first build takes about two minutes)
+BUILD_TIMEOUT = 900  # seconds; a hang guard only (a first build takes a few minutes)
 DEADLINE = 120  # seconds for a container's job; a hang guard only
 _NAMES = itertools.count()
 

@@ -14,7 +14,7 @@ from conftest import DATA, run_marun
 from marun.errors import InputError, bad_value
 from marun.inputs.hosts import check_host, is_host_name, lookup_ipv4, resolve_ipv4
 from marun.inputs.numbers import parse_int, parse_port, parse_seconds
-from marun.inputs.settings import load_settings
+from marun.inputs.settings import MAX_CONFIG_BYTES, load_settings
 from marun.inputs.textfile import MAX_INPUT_BYTES
 
 INIT = ["--init_method", "tcp://127.0.0.1:29500"]
@@ -141,8 +141,27 @@ def test_config_nested_too_deeply(tmp_path: Path) -> None:
 def test_config_too_large_is_not_read(tmp_path: Path) -> None:
     big = tmp_path / "marun.yaml"
     with open(big, "wb") as fh:  # sparse: the size is what counts, nothing is written
-        fh.truncate(MAX_INPUT_BYTES + 1)
-    _fails_in_one_line(_plan(tmp_path), "marun.yaml", f"at most {MAX_INPUT_BYTES} bytes")
+        fh.truncate(MAX_CONFIG_BYTES + 1)
+    _fails_in_one_line(_plan(tmp_path), "marun.yaml", f"at most {MAX_CONFIG_BYTES} bytes")
+
+
+@pytest.mark.parametrize("command", ["plan", "run"])
+def test_config_of_three_million_numbers_is_refused_unparsed(tmp_path: Path, command: str) -> None:
+    # 6 MB of YAML: parsed, it held plan and run for minutes; its size alone refuses it now.
+    (tmp_path / "marun.yaml").write_text("[" + ",".join("7" * 3_000_000) + "]\n")
+    (tmp_path / "train.py").write_text("open('started', 'w').close()\n")
+    res = run_marun([command, "--mode", "pytorch", "--", "train.py", *INIT], cwd=tmp_path)
+    _fails_in_one_line(res, "marun.yaml", "6000002 bytes", f"at most {MAX_CONFIG_BYTES} bytes")
+    assert not (tmp_path / "started").exists()
+
+
+def test_config_list_of_lists_is_not_a_word_list(tmp_path: Path) -> None:
+    # Aliases nest a list in itself many times over: stringified, it grows exponentially.
+    laughs = "[&a [x, x], &b [*a, *a], &c [*b, *b], &d [*c, *c], [*d, *d]]"
+    for words in (laughs, "[[-x, A], -v]"):
+        (tmp_path / "marun.yaml").write_text(f"mpirun_extra_args: {words}\n")
+        with pytest.raises(InputError, match="mpirun_extra_args"):
+            load_settings({}, {}, str(tmp_path))
 
 
 def _ascend(cwd: Path, table: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]

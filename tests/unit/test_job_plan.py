@@ -4,6 +4,7 @@ secret's source; none for one node, MPI, or job_port 0; bad settings are bad inp
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ def plan(script: Path, *options: str, env: dict[str, str] | None = None) -> Any:
 
 def test_pytorch_nodes_report_to_the_init_method_host(script: Path) -> None:
     data = plan(script, "--arrival-timeout", "120", "--hang-timeout", "600")
+    assert re.fullmatch(r"job-a\.[0-9a-f]{12}", data["coordination"]["job"])
+    data["coordination"]["job"] = "job-a"
     assert data["coordination"] == {
         "host": "job-a-worker-0.job-a",
         "port": 36668,
@@ -72,7 +75,8 @@ def test_table_shows_endpoint_and_settings(script: Path) -> None:
     assert "node 0 at job-a-worker-0.job-a:36668" in line
     assert "2 nodes x 1 slot(s), this node 1 slot 0" in line
     assert "arrival 300s, peer 9s, hang off" in line
-    assert "auth none (no job secret" in line
+    assert line.endswith("auth none")
+    assert "WARNING: no job secret (set MARUN_JOB_TOKEN" in res.stdout
 
 
 def test_none_for_one_node_or_job_port_0(script: Path) -> None:
@@ -85,7 +89,11 @@ def test_none_for_one_node_or_job_port_0(script: Path) -> None:
 
 
 def test_bad_timeouts_are_bad_input(script: Path) -> None:
-    for option, value in (("--arrival-timeout", "0"), ("--hang-timeout", "-1")):
+    for option, value in (
+        ("--arrival-timeout", "0"),
+        ("--hang-timeout", "-1"),
+        ("--peer-timeout", "0.001"),  # below what the heartbeat (1 s) can honour
+    ):
         res = run_marun(
             ["plan", option, value, "--", script.name, *TWO_NODES],
             env=NODE_ENV,
@@ -95,6 +103,12 @@ def test_bad_timeouts_are_bad_input(script: Path) -> None:
         assert res.stderr.count("\n") == 1 and res.stderr.startswith("marun: error: "), res.stderr
         field = option.lstrip("-").replace("-", "_")
         assert option in res.stderr or field in res.stderr, res.stderr
+        ran = run_marun(
+            ["run", option, value, "--", script.name, *TWO_NODES],
+            env=NODE_ENV,
+            cwd=script.parent,
+        )
+        assert (ran.returncode, ran.stderr) == (2, res.stderr)  # the same line, nothing started
 
 
 def test_tensorflow_leader_is_the_first_worker(script: Path) -> None:
@@ -123,3 +137,21 @@ def test_single_node_run_loads_no_coordination(script: Path) -> None:
     assert "marun.plan.coordination" in res.stderr  # the plan looked, and found one node
     assert "marun.job" not in res.stderr
     assert "marun.runtime.joblink" not in res.stderr
+
+
+def test_job_ids_agree_within_a_job_and_differ_between_jobs(script: Path) -> None:
+    """Every node of a job computes the same id; another job on the same network, with the
+    same init_method and no MA_VJ_NAME, gets another when its hosts differ."""
+    unnamed = {"MA_VJ_NAME": "", "VC_WORKER_HOSTS": "a-0.x,a-1.x"}
+    node1 = plan(script, env=unnamed)["coordination"]["job"]
+    res = run_marun(
+        ["plan", "--format", "json", "--", script.name, "--init_method", INIT, "--rank", "0",
+         "--world_size", "2"],
+        env={**NODE_ENV, **unnamed, "VC_TASK_INDEX": "0"},
+        cwd=script.parent,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["coordination"]["job"] == node1
+    other = plan(script, env={**unnamed, "VC_WORKER_HOSTS": "b-0.x,b-1.x"})["coordination"]
+    assert other["job"] != node1
+    assert node1.startswith("-.") and other["job"].startswith("-.")

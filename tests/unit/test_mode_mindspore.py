@@ -387,6 +387,66 @@ def test_recovery_off_sets_nothing(tmp_path: Path) -> None:
         assert proc.env.get("MS_NODE_ID") != "sched"
 
 
+def _notes(tmp_path: Path, env: dict[str, str], all_nodes: bool = False) -> list[str]:
+    (tmp_path / "train.py").write_text("")
+    return list(_plan(env, tmp_path, all_nodes).notes)
+
+
+TWO_NODES = {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "1", "VC_WORKER_HOSTS": f"{NODE0},{NODE1}"}
+
+
+@pytest.mark.parametrize("all_nodes", [False, True])
+def test_a_relative_recovery_path_on_several_nodes_is_a_note(
+    tmp_path: Path, all_nodes: bool
+) -> None:
+    env = {**TWO_NODES, "MS_ENABLE_RECOVERY": "1", "MS_RECOVERY_PATH": "./recovery/"}
+    (note,) = _notes(tmp_path, env, all_nodes)
+    assert note == (
+        "MS_RECOVERY_PATH='./recovery/' is relative, on a job of 2 nodes: each node resolves it "
+        "in its own working directory, but recovery needs one directory every node shares (an "
+        "absolute path on a shared volume)"
+    )
+    # An absolute path (a shared volume, as far as marun can tell) and one node: no note.
+    assert _notes(tmp_path, {**env, "MS_RECOVERY_PATH": "/shared/recovery"}, all_nodes) == []
+    assert _notes(tmp_path, {"MS_ENABLE_RECOVERY": "1", "MS_RECOVERY_PATH": "r"}) == []
+
+
+def test_a_relative_recovery_path_from_a_rank_table_counts_its_servers(tmp_path: Path) -> None:
+    env = {
+        "RANK_TABLE_FILE": str(DATA / "ranktables" / "server_list_2x2.json"),
+        "RANK_ID": "2",
+        "MS_ENABLE_RECOVERY": "1",
+        "MS_RECOVERY_PATH": "ckpt",
+    }
+    assert any("on a job of 2 nodes" in note for note in _notes(tmp_path, env))
+
+
+def test_recovery_on_a_cpu_only_job_is_a_note(tmp_path: Path) -> None:
+    env = {"MA_NUM_GPUS": "0", "MS_ENABLE_RECOVERY": "1", "MS_RECOVERY_PATH": "/r"}
+    (note,) = _notes(tmp_path, env)
+    assert note.startswith("MS_ENABLE_RECOVERY=1 on a CPU-only job (MA_NUM_GPUS=0): MindSpore")
+    assert "for GPU and Ascend" in note
+    assert _notes(tmp_path, {**env, "MA_NUM_GPUS": "1"}) == []
+    assert _notes(tmp_path, {**env, "MS_ENABLE_RECOVERY": "0"}) == []
+
+
+@pytest.mark.parametrize(
+    ("value", "noted"), [("1", False), ("0", False), ("yes", True), (" 2", True)]
+)
+def test_ms_hccl_cm_init_other_than_1_or_0_is_a_note(
+    tmp_path: Path, value: str, noted: bool
+) -> None:
+    notes = _notes(tmp_path, {"MS_HCCL_CM_INIT": value})
+    assert notes == (
+        [
+            f"MS_HCCL_CM_INIT={value!r}: MindSpore documents 1 (HCCL through the dynamic cluster) "
+            "and 0 (off); passed on as it is, and MindSpore may take another value for off"
+        ]
+        if noted
+        else []
+    )
+
+
 # -- from an Ascend rank table -------------------------------------------------------------------
 # Two servers with two devices each, on physical devices 4 and 5 (so DEVICE_ID must come from the
 # table, not from the position). `host_nic_ip` is "reserve", as MindSpore's own examples write it:
@@ -447,7 +507,8 @@ def rank_table(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
 def test_rank_table_all_nodes_exact_env(rank_table: Path) -> None:
     env = {"RANK_TABLE_FILE": str(rank_table), "VC_TASK_INDEX": "1"}
     data = _cli_plan(rank_table.parent, env, "--all-nodes", "--nic", "lo")
-    assert data["notes"] == []
+    (layout,) = data["notes"]  # 2 devices on each of 2 servers: not what the platform allocates
+    assert "2 of 2 servers do not have 8 devices" in layout
     expected = _expected_2x2(NODE0, this_node=1)
     for node in expected:  # the table's physical devices
         for proc in node["processes"]:
@@ -495,7 +556,7 @@ def test_rank_table_dry_run_elsewhere_plans_every_server(rank_table: Path) -> No
     procs = [p for n in launch.nodes for p in n.processes]
     assert [p.name for p in procs] == ["scheduler", "worker0", "worker1", "worker2", "worker3"]
     assert not any("GLOO_SOCKET_IFNAME" in p.env for p in procs)
-    assert len(launch.notes) == 1
+    assert len(launch.notes) == 2  # which server this is; 2 devices a server, not 8
 
 
 def test_rank_table_one_server_uses_loopback(tmp_path: Path) -> None:

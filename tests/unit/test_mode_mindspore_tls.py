@@ -325,3 +325,45 @@ def test_a_password_file_others_may_read_is_noted(tmp_path: Path, certs: Certs) 
     (tmp_path / "client.pw").chmod(0o600)
     launch = _plan(tmp_path, NODE_ENV, **settings)
     assert not [n for n in launch.notes if "password file" in n]
+
+
+# A list with what the documents' example list holds: DHE suites, which MindSpore 2.10 refuses,
+# and the typo `ECDHE-R SA` (a space inside a suite's name).
+DOCUMENTED_EXAMPLE = (
+    "ECDHE-R SA-AES256-GCM-SHA384:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES128-GCM-SHA256:"
+    "ECDHE-ECDSA-AES128-GCM-SHA256:DHE-RSA-AES128-GCM-SHA256:DHE-DSS-AES128-GCM-SHA256"
+)
+
+
+def test_a_cipher_list_mindspore_refuses_is_a_note(tmp_path: Path, certs: Certs) -> None:
+    launch = _plan(
+        tmp_path, {**NODE_ENV, **PASSWORDS}, **_tls(certs, ms_cipher_list=DOCUMENTED_EXAMPLE)
+    )
+    (note,) = launch.notes
+    assert note.startswith(
+        "ms_cipher_list: MindSpore refuses 'ECDHE-R SA-AES256-GCM-SHA384', "
+        "'DHE-RSA-AES128-GCM-SHA256', 'DHE-DSS-AES128-GCM-SHA256' (init() fails with 'The "
+        "cipher is wrong'"
+    )
+    # Still written as given: MindSpore, not marun, has the last word.
+    assert json.loads(launch.nodes[0].files[0].content)["cipher_list"] == DOCUMENTED_EXAMPLE
+
+
+@pytest.mark.parametrize(
+    ("cipher_list", "refused"),
+    [
+        (Settings().ms_cipher_list, []),
+        ("ECDHE-RSA-CHACHA20-POLY1305:ECDHE-ECDSA-AES256-CCM", []),
+        ("ECDHE-RSA-AES128-GCM-SHA256: ECDHE-RSA-AES256-GCM-SHA384", [" ECDHE-RSA-AES256-GCM"]),
+        ("HIGH:!aNULL", ["'HIGH'", "'!aNULL'"]),
+        ("ECDHE-RSA-AES128-GCM-SHA256:", ["''"]),
+        (":".join(f"DHE-X{i}" for i in range(6)), ["'DHE-X0'", "'DHE-X3'", "and 2 more"]),
+    ],
+)
+def test_cipher_notes(cipher_list: str, refused: list[str]) -> None:
+    from marun.plan.modes.mindspore_tls import cipher_notes
+
+    notes = cipher_notes(cipher_list)
+    assert bool(notes) == bool(refused)
+    for word in refused:
+        assert word in notes[0]

@@ -511,6 +511,38 @@ BAD = [
     ),
     pytest.param({"MARUN_PEER_TIMEOUT": "-1"}, "MARUN_PEER_TIMEOUT='-1'", id="peer-negative"),
     pytest.param({"MARUN_PEER_TIMEOUT": "soon"}, "MARUN_PEER_TIMEOUT='soon'", id="peer-word"),
+    # run_mpi.sh's variables: honoured, checked like marun's own, never against a different one
+    pytest.param({"MY_SSHD_PORT": "ssh"}, "MY_SSHD_PORT='ssh'", id="my-sshd-port-word"),
+    pytest.param(
+        {"MY_SSHD_PORT": "2222", "MARUN_SSHD_PORT": "3333"},
+        "MY_SSHD_PORT='2222' (the platform's run_mpi.sh variable) but sshd_port=3333: expected "
+        "one of them, or the same value in both (set sshd_port, MARUN_SSHD_PORT, alone)",
+        id="my-sshd-port-disagrees",
+    ),
+    pytest.param({"MY_MPI_SLOTS": "0"}, "MY_MPI_SLOTS='0'", id="my-slots-0"),
+    pytest.param(
+        {"MY_MPI_SLOTS": "3", "MARUN_NPROC_PER_NODE": "2"},
+        "MY_MPI_SLOTS='3' (the platform's run_mpi.sh variable) but nproc_per_node=2",
+        id="my-slots-disagree",
+    ),
+    pytest.param(
+        {"MY_MPI_BTL_TCP_IF": "eth9"},
+        "MY_MPI_BTL_TCP_IF='eth9' (the platform's run_mpi.sh variable) but nic='lo'",
+        id="my-btl-if-disagrees",
+    ),
+    pytest.param(
+        {"MARUN_NIC": "", "MY_MPI_BTL_TCP_IF": "nosuch0"},
+        "MY_MPI_BTL_TCP_IF='nosuch0': expected an interface with an IPv4 address",
+        id="my-btl-if-absent",
+    ),
+    pytest.param(
+        {"MARUN_NIC": "nosuch0,nosuch1"},
+        "nic='nosuch0,nosuch1': expected a list naming at least one interface with an IPv4",
+        id="nic-list-none-here",
+    ),
+    pytest.param(
+        {"MARUN_NIC": "lo,,lo"}, "nic='lo,,lo': expected interface names, each once", id="nic-list"
+    ),
 ]
 
 
@@ -821,3 +853,69 @@ def test_well_formed_mpirun_extra_args_pass(job: Path, extra: str) -> None:
 def test_the_hostfile_note_says_what_it_lists(job: Path, hosts: str, listed: str) -> None:
     data = plan_json(job, platform_env(job, 2, 1, VC_WORKER_HOSTS=hosts))
     assert any(note.startswith(listed) for note in data["notes"]), data["notes"]
+
+
+# -- the platform's run_mpi.sh variables ------------------------------------------------------
+
+
+def test_run_mpi_sh_variables_are_honoured(job: Path) -> None:
+    """MY_SSHD_PORT, MY_MPI_SLOTS and MY_MPI_BTL_TCP_IF mean for marun what they meant for
+    run_mpi.sh: sshd's port, the slots of each host, the interfaces of btl_tcp_if_include."""
+    env = platform_env(
+        job, 2, 1, MY_SSHD_PORT="2222", MY_MPI_SLOTS="3", MY_MPI_BTL_TCP_IF="nosuch0,lo"
+    )
+    env["MARUN_NIC"] = ""
+    data = plan_json(job, env)
+    node0, node1 = data["nodes"]
+    for node in (node0, node1):
+        assert "Port 2222\n" in files_of(node)["sshd_config"]
+    assert files_of(node0)["hostfile"] == "".join(f"{h} slots=3\n" for h in _pattern_hosts(2))
+    argv = mpirun_of(procs_of(node0)["mpi-leader"]["argv"])
+    assert argv[argv.index("-np") + 1] == "6"
+    assert argv[argv.index("btl_tcp_if_include") + 1] == "nosuch0,lo"
+    assert argv[argv.index("oob_tcp_if_include") + 1] == "nosuch0,lo"
+    assert "-p 2222" in argv[argv.index("plm_rsh_args") + 1]
+    notes = "\n".join(data["notes"])
+    assert "MY_SSHD_PORT=2222 (run_mpi.sh's variable) taken as sshd_port 2222" in notes
+    assert "MY_MPI_SLOTS=3 (run_mpi.sh's variable) taken as 3 slot(s) per host" in notes
+    assert "name the configured interfaces nosuch0,lo (each node uses those it has)" in notes
+
+
+def test_run_mpi_sh_variables_agreeing_with_marun_settings_pass(job: Path) -> None:
+    env = platform_env(
+        job,
+        2,
+        1,
+        MY_SSHD_PORT="2222",
+        MARUN_SSHD_PORT="2222",
+        MY_MPI_SLOTS="2",
+        MARUN_NPROC_PER_NODE="2",
+        MY_MPI_BTL_TCP_IF="lo",
+    )
+    data = plan_json(job, env)
+    argv = mpirun_of(procs_of(data["nodes"][0])["mpi-leader"]["argv"])
+    assert argv[argv.index("-np") + 1] == "4"
+
+
+def test_empty_run_mpi_sh_variables_are_unset(job: Path) -> None:
+    env = platform_env(job, 2, 1, MY_SSHD_PORT="", MY_MPI_SLOTS="", MY_MPI_BTL_TCP_IF="")
+    data = plan_json(job, env)
+    assert "Port 36666\n" in files_of(data["nodes"][0])["sshd_config"]
+    assert not any("run_mpi.sh's variable" in note for note in data["notes"])
+
+
+def test_a_single_host_nic_list(job: Path) -> None:
+    data = plan_json(job, platform_env(job, 1, 2, MARUN_NIC="nosuch0,lo"))
+    argv = mpirun_of(procs_of(data["nodes"][0])["mpi-leader"]["argv"])
+    assert "NCCL_SOCKET_IFNAME=lo" in argv  # this host's interfaces of the list
+    assert argv[argv.index("btl_tcp_if_include") + 1] == "nosuch0,lo"  # as run_mpi.sh gave it
+
+
+def test_empty_variables_are_not_forwarded(job: Path) -> None:
+    # run_mpi.sh skips empty variables; `-x NAME` would set one, empty, on every node.
+    for forward in ("*", "EMPTY_ONE,MY_FLAG", "EMPTY*,MY_*"):
+        env = platform_env(job, 2, 1, EMPTY_ONE="", MY_FLAG="1", MARUN_MPI_FORWARD_ENV=forward)
+        argv = mpirun_of(procs_of(plan_json(job, env)["nodes"][0])["mpi-leader"]["argv"])
+        shipped = [argv[i + 1] for i, w in enumerate(argv) if w == "-x"]
+        assert "MY_FLAG" in shipped
+        assert "EMPTY_ONE" not in shipped

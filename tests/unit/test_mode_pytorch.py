@@ -169,6 +169,15 @@ def test_nic_from_the_rendezvous_address_and_options(script: Path) -> None:
     assert proc["nodes"][0]["processes"][0]["env"]["NCCL_SOCKET_IFNAME"] == "lo"
 
 
+def test_a_nic_list_gives_each_variable_this_node_s_interfaces_of_it(script: Path) -> None:
+    # run_mpi.sh's list form. NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME each take a list; Gloo
+    # fails on an interface the node lacks, so each gets the listed interfaces this node has.
+    env = {"MARUN_NIC": "nosuch0,lo", "MA_NUM_GPUS": "2"}
+    for proc in plan(script, ["--init_method", INIT], env)["nodes"][0]["processes"]:
+        assert proc["env"]["NCCL_SOCKET_IFNAME"] == "lo"
+        assert proc["env"]["GLOO_SOCKET_IFNAME"] == "lo"
+
+
 @pytest.mark.parametrize(
     ("value", "addr", "port"),
     [

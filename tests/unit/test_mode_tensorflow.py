@@ -330,3 +330,119 @@ def test_task_index_must_agree_with_the_platforms_index(var: str, script: Path) 
         cwd=script.parent,
     )
     assert ok.returncode == 0, ok.stderr
+
+
+# -- TF_PS_HOSTS / TF_WORKER_HOSTS: what the platform makes the appended lists from ------------
+
+PLATFORM_VARS = {"TF_PS_HOSTS": PS_ARG, "TF_WORKER_HOSTS": WORKERS_ARG}
+
+
+@pytest.mark.parametrize(("job", "index"), [("worker", 2), ("ps", 1)])
+def test_the_platform_variables_give_the_cluster_when_nothing_is_appended(
+    script: Path, job: str, index: int
+) -> None:
+    env = {**PLATFORM_VARS, "MA_TASK_NAME": job, "VC_TASK_INDEX": str(index)}
+    from_vars = plan(script, [], env)  # --mode auto: the variables mean tensorflow
+    from_args = plan(script, appended(job, index))
+    assert only_process(from_vars)["env"] == only_process(from_args)["env"]
+    assert from_vars["nodes"] == from_args["nodes"]
+    whole = plan(script, [], env, ("--all-nodes",))
+    assert [n["processes"][0]["name"] for n in whole["nodes"]] == [
+        "ps0",
+        "ps1",
+        "worker0",
+        "worker1",
+        "worker2",
+    ]
+
+
+def test_the_platform_variables_get_coordination_like_the_appended_flags(script: Path) -> None:
+    env = {**PLATFORM_VARS, "MA_TASK_NAME": "worker", "VC_TASK_INDEX": "1"}
+    from_vars = plan(script, [], env)["coordination"]
+    from_args = plan(script, appended("worker", 1))["coordination"]
+    assert from_vars == from_args
+    assert (from_vars["host"], from_vars["nodes"], from_vars["leader"]) == (
+        "job-worker-0.job",
+        5,
+        2,
+    )
+
+
+def test_worker_only_cluster_from_the_variable(script: Path) -> None:
+    env = {"TF_WORKER_HOSTS": WORKERS_ARG, "MA_TASK_NAME": "worker", "MA_TASK_INDEX": "0"}
+    proc = only_process(plan(script, [], env))
+    assert proc["env"] == {"TF_CONFIG": config({"worker": list(WORKERS)}, "worker", 0)}
+
+
+def test_appended_lists_agreeing_with_the_variables_pass(script: Path) -> None:
+    # The same lists in another of their forms agree: the entries are compared.
+    env = {"TF_PS_HOSTS": ",".join(PS), "TF_WORKER_HOSTS": json.dumps(list(WORKERS))}
+    assert plan(script, appended("worker", 0), env) == plan(script, appended("worker", 0))
+
+
+@pytest.mark.parametrize(
+    ("env", "words", "says"),
+    [
+        (
+            {"TF_WORKER_HOSTS": "[job-worker-0.job:6000]"},
+            appended("worker", 0),
+            "--worker_hosts='[job-worker-0.job:6000,job-worker-1.job:6001,job-worker-2.job:6002]'"
+            " but TF_WORKER_HOSTS='[job-worker-0.job:6000]': expected the same list",
+        ),
+        (
+            {"TF_PS_HOSTS": "[job-ps-0.job:5000,job-ps-1.job:5009]"},
+            appended("worker", 0),
+            "but TF_PS_HOSTS='[job-ps-0.job:5000,job-ps-1.job:5009]': expected the same list "
+            "(the platform appends --ps_hosts from TF_PS_HOSTS)",
+        ),
+        (
+            {"TF_WORKER_HOSTS": "[a:1,b]", "MA_TASK_NAME": "worker", "VC_TASK_INDEX": "0"},
+            [],
+            "TF_WORKER_HOSTS='[a:1,b]'",
+        ),
+        (
+            {"TF_WORKER_HOSTS": WORKERS_ARG, "VC_TASK_INDEX": "0"},
+            [],
+            "MA_TASK_NAME is not set and no --job_name was appended",
+        ),
+        (
+            {"TF_WORKER_HOSTS": WORKERS_ARG, "MA_TASK_NAME": "worker"},
+            [],
+            "none of MA_TASK_INDEX, VC_TASK_INDEX, VK_TASK_INDEX is set",
+        ),
+        (
+            {"TF_PS_HOSTS": PS_ARG, "MA_TASK_NAME": "ps", "VC_TASK_INDEX": "0"},
+            [],
+            "--worker_hosts: not appended and TF_WORKER_HOSTS not set",
+        ),
+        (
+            {**PLATFORM_VARS, "MA_TASK_NAME": "worker", "VC_TASK_INDEX": "3"},
+            [],
+            "--task_index='3': expected an index below 3, the number of entries in TF_WORKER_HOSTS",
+        ),
+    ],
+)
+def test_the_platform_variables_are_checked(
+    script: Path, env: dict[str, str], words: list[str], says: str
+) -> None:
+    res = run_marun(["plan", "--", script.name, *words], env=env, cwd=script.parent)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.count("\n") == 1, res.stderr
+    assert says in res.stderr
+
+
+# -- placement ------------------------------------------------------------------------------
+
+
+def test_ps_and_workers_not_one_to_one_is_a_note(script: Path) -> None:
+    ps, workers = "[job-ps-0.job:5000]", "[job-worker-0.job:6000,job-worker-1.job:6001]"
+    for options in ((), ("--all-nodes",)):
+        data = plan(script, appended("worker", 1, ps=ps, workers=workers), options=options)
+        assert any(
+            "1 ps and 2 worker(s): the platform starts one ps and one worker container on each "
+            "node (1:1)" in note
+            for note in data["notes"]
+        ), data["notes"]
+    one_to_one = appended("worker", 1, ps=PS_ARG, workers="[w-0.j:6000,w-1.j:6001]")
+    assert not any("1:1" in note for note in plan(script, one_to_one)["notes"])
+    assert not any("1:1" in n for n in plan(script, appended("worker", 0, ps=None))["notes"])

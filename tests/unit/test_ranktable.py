@@ -21,7 +21,7 @@ import pytest
 
 from conftest import DATA, run_marun
 from marun.errors import InputError
-from marun.inputs.ranktable import load_rank_table, parse_rank_table
+from marun.inputs.ranktable import layout_notes, load_rank_table, parse_rank_table
 
 TABLES = DATA / "ranktables"
 
@@ -293,6 +293,21 @@ BAD: list[tuple[str, str, list[str]]] = [
         ["group_list[1].instance_list[0] has no rank_id while other instances have one"],
     ),
     (
+        "device-ip-not-ipv4",
+        _edit(_server_list, _set(f"{SL_DEV}.1.device_ip", "300.1.1.1")),
+        ["server_list[1].device[1].device_ip='300.1.1.1'", "expected an IPv4 address"],
+    ),
+    (
+        "device-ip-not-ipv4-group-list",
+        _edit(_group_list, _set(f"{GL_INST}.0.devices.3.device_ip", "29.1.0")),
+        ["group_list[1].instance_list[0].devices[3].device_ip='29.1.0'", "an IPv4 address"],
+    ),
+    (
+        "server-num-disagrees",
+        _edit(_group_list, _set("group_list.1.server_num", "3")),
+        ["group_list[1].server_num='3'", "on 2 server(s)"],
+    ),
+    (
         "pod-index-duplicated",
         _edit(_group_list, _same_pod_index),
         ["group_list[1].instance_list[1].pod_name='ma-job-a1-worker-1'", "index 1"],
@@ -347,29 +362,31 @@ def _later(delay: float, action: Callable[[], None]) -> threading.Thread:
     return thread
 
 
-def test_initializing_table_is_waited_for_until_completed(script: Path) -> None:
+def test_run_waits_for_an_initializing_table_until_completed(script: Path) -> None:
+    script.write_text(
+        "import os\nprint('DEVICE_ID', os.environ['DEVICE_ID'], os.environ['RANK_SIZE'])\n"
+    )
+    # plan never waits (below); run does, within ranktable_timeout
     table = script.parent / "rank_table.json"
     table.write_text(_initializing())
     completed = (TABLES / "ascend_tutorial_1x8.json").read_text()
     writer = _later(1.0, lambda: _replace(table, completed))
     res = run_marun(
-        ["plan", "--mode", "ascend", "--format", "json", "--", script.name],
+        ["run", "--mode", "ascend", "--", script.name],
         env={"RANK_TABLE_FILE": str(table), "RANK_ID": "5", "MARUN_RANKTABLE_TIMEOUT": "60"},
         cwd=script.parent,
     )
     writer.join()
     assert res.returncode == 0, res.stderr
-    (proc,) = json.loads(res.stdout)["nodes"][0]["processes"]
-    assert proc["env"]["RANK_SIZE"] == "8"
-    assert proc["env"]["DEVICE_ID"] == "5"
+    assert "DEVICE_ID 5 8" in res.stdout
     assert "waiting for rank table" in res.stderr
 
 
-def test_table_that_never_completes_fails_after_the_timeout(script: Path) -> None:
+def test_run_fails_on_a_table_that_never_completes_after_the_timeout(script: Path) -> None:
     table = script.parent / "rank_table.json"
     table.write_text(_initializing())
     res = run_marun(
-        ["plan", "--mode", "ascend", "--format", "json", "--", script.name],
+        ["run", "--mode", "ascend", "--", script.name],
         env={"RANK_TABLE_FILE": str(table), "RANK_ID": "0", "MARUN_RANKTABLE_TIMEOUT": "1"},
         cwd=script.parent,
     )
@@ -379,6 +396,44 @@ def test_table_that_never_completes_fails_after_the_timeout(script: Path) -> Non
     assert f"rank table {table}:" in last
     assert "status is still 'initializing' after waiting 1s" in last
     assert "MARUN_RANKTABLE_TIMEOUT" in last
+    assert sorted(os.listdir(script.parent)) == ["rank_table.json", "train.py"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "env", "then"),
+    [
+        ("ascend", {"RANK_ID": "3"}, "then plans rank 3's process on its device from it"),
+        ("ascend", {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "1"}, "one process per device"),
+        ("mindspore", {"RANK_ID": "2"}, "then plans rank 2's worker (on rank 0 the scheduler"),
+        ("mindspore", {"VC_TASK_INDEX": "0"}, "the scheduler and one worker per device"),
+        ("auto", {"RANK_ID": "0", "MARUN_PER_NODE": "1"}, "one process per device"),
+    ],
+)
+def test_plan_never_waits_for_an_initializing_table(
+    script: Path, mode: str, env: dict[str, str], then: str
+) -> None:
+    # The README's promise: a dry run never waits. ranktable_timeout is an hour; the plan comes
+    # at once, with what run would do instead.
+    table = script.parent / "rank_table.json"
+    table.write_text(_initializing())
+    res = run_marun(
+        ["plan", "--mode", mode, "--format", "json", "--", script.name],
+        env={"RANK_TABLE_FILE": str(table), "MARUN_RANKTABLE_TIMEOUT": "3600", **env},
+        cwd=script.parent,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["mode"] == ("ascend" if mode == "auto" else mode)
+    (node,) = data["nodes"]
+    assert node["processes"] == []
+    assert node["index"] == int(env.get("VC_TASK_INDEX", "0"))
+    assert "coordination" not in data  # the table says who node 0 is; run reads it
+    (note,) = data["notes"]
+    assert f"rank table {table}: status is 'initializing'" in note
+    assert "marun run waits for 'completed', up to ranktable_timeout=3600s" in note
+    assert then in note
+    assert "waiting for rank table" not in res.stderr
     assert sorted(os.listdir(script.parent)) == ["rank_table.json", "train.py"]
 
 
@@ -426,3 +481,65 @@ def test_reserve_host_nic_ip_is_not_an_address() -> None:
     )
     table = parse_rank_table(text, "t.json")
     assert table.servers[0].host_ip is None
+
+
+# -- device layouts the platform allocates ----------------------------------------------------
+
+
+def _table_of(counts: list[int]) -> str:
+    rank = 0
+    servers = []
+    for s, count in enumerate(counts):
+        devices = []
+        for d in range(count):
+            devices.append(
+                {"device_id": str(d), "device_ip": f"29.{s}.0.{d}", "rank_id": str(rank)}
+            )
+            rank += 1
+        servers.append({"server_id": f"192.0.2.{s + 1}", "device": devices})
+    return json.dumps({"status": "completed", "server_list": servers})
+
+
+@pytest.mark.parametrize("counts", [[1], [2], [4], [8], [8, 8], [8] * 5])
+def test_layouts_the_platform_allocates_plan_without_a_note(counts: list[int]) -> None:
+    assert layout_notes(parse_rank_table(_table_of(counts), "t.json")) == []
+
+
+@pytest.mark.parametrize(
+    ("counts", "says"),
+    [
+        ([3], "server 192.0.2.1 has 3 devices; the platform allocates 1, 2, 4 or 8 devices"),
+        ([16], "server 192.0.2.1 has 16 devices"),
+        ([4, 4], "2 of 2 servers do not have 8 devices (192.0.2.1 has 4, 192.0.2.2 has 4)"),
+        ([8, 2], "1 of 2 servers do not have 8 devices (192.0.2.2 has 2)"),
+        ([1] * 5, "5 of 5 servers do not have 8 devices (192.0.2.1 has 1, 192.0.2.2 has 1, "),
+    ],
+)
+def test_layouts_the_platform_does_not_allocate_are_a_note(counts: list[int], says: str) -> None:
+    # A note, not a refusal: simulations (2 x 2), hand-written tables and servers with other
+    # device counts are real; the note says what the platform and HCCL expect.
+    (note,) = layout_notes(parse_rank_table(_table_of(counts), "t.json"))
+    assert note.startswith("rank table t.json: ")
+    assert says in note
+    if len(counts) == 5:
+        assert "and 2 more" in note
+
+
+def test_a_three_device_table_plans_with_the_note(script: Path) -> None:
+    table = script.parent / "rank_table.json"
+    table.write_text(_table_of([3]))
+    res = run_marun(
+        ["plan", "--mode", "ascend", "--per-node", "--format", "json", "--", script.name],
+        env={"RANK_TABLE_FILE": str(table)},
+        cwd=script.parent,
+    )
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert len(data["nodes"][0]["processes"]) == 3
+    assert any("has 3 devices" in note for note in data["notes"])
+
+
+def test_group_list_server_num_counts_servers_not_instances() -> None:
+    # The tutorial's table: 8 one-device instances on one server, server_num "1".
+    table = parse_rank_table((TABLES / "ascend_tutorial_1x8.json").read_text(), "t.json")
+    assert len(table.servers) == 1

@@ -5,6 +5,12 @@ btl_tcp_if_include always agree. Order: the configured `nic`; the interface hold
 the platform says is ours or that peers meet at (MA_CURRENT_IP, the rank table's server address,
 the rendezvous address: 127.0.0.1 picks `lo`, node 0's own address picks its interface); the
 interface of the default route; the first interface with an IPv4 address.
+
+The configured `nic` may be a comma-separated list (`eth0,bond0`, the platform's run_mpi.sh
+form): the first listed interface this node has is the one whose address marun uses; the
+`*_SOCKET_IFNAME` variables (NCCL, Gloo and HCCL each take a comma-separated list) get the listed
+interfaces this node has (Gloo fails on a name the node lacks), and Open MPI's
+`btl_tcp_if_include`, which reaches every node from node 0's command line, the list as given.
 """
 
 from __future__ import annotations
@@ -24,6 +30,18 @@ class Nic:
     name: str
     address: str
     guessed: bool = False
+    listed: tuple[str, ...] = ()  # a configured list (eth0,bond0), as given; () for one name
+    present: tuple[str, ...] = ()  # those of `listed` this node has
+
+    @property
+    def ifname(self) -> str:
+        """The configured list as given (for every node), else the one name."""
+        return ",".join(self.listed) if self.listed else self.name
+
+    @property
+    def local_ifname(self) -> str:
+        """What this node's `*_SOCKET_IFNAME` gets: the listed interfaces it has, else the name."""
+        return ",".join(self.present) if self.present else self.name
 
     def network(self) -> str | None:
         """The IPv4 network of this address, in CIDR notation (`10.0.3.0/24`): names the same
@@ -68,17 +86,26 @@ def _default_route_interface() -> str | None:
     return None
 
 
-def choose_nic(configured: str | None, hints: Iterable[str] = ()) -> Nic:
+def choose_nic(configured: str | None, hints: Iterable[str] = (), setting: str = "nic") -> Nic:
+    """`setting` names the configured value in errors (`nic`, or the platform's variable)."""
     table = ipv4_by_interface()
     if configured:
-        if configured not in table:
+        names = [name.strip() for name in configured.split(",")]
+        if len(names) > 1 and (not all(names) or len(set(names)) != len(names)):
+            raise bad_value(setting, configured, "interface names, each once, comma-separated")
+        present = [name for name in names if name in table]
+        if not present:
             raise bad_value(
-                "nic",
+                setting,
                 configured,
-                "an interface with an IPv4 address, one of "
+                ("an interface" if len(names) == 1 else "a list naming at least one interface")
+                + " with an IPv4 address, one of "
                 + ", ".join(sorted(table) or ["(none)"]),
             )
-        return Nic(configured, table[configured][0])
+        chosen = present[0]
+        if len(names) == 1:
+            return Nic(chosen, table[chosen][0])
+        return Nic(chosen, table[chosen][0], listed=tuple(names), present=tuple(present))
     for addr in hints:
         for name, addrs in table.items():
             if addr and addr in addrs:

@@ -25,7 +25,7 @@ from functools import cached_property
 from typing import Any
 
 from marun.errors import InputError, bad_value, show_value
-from marun.inputs.hosts import is_ip
+from marun.inputs.hosts import is_ip, is_ipv4
 from marun.inputs.injected import TASK_INDEX_VARS, Platform
 from marun.inputs.numbers import MAX_NODES, MAX_RANKS, is_digits, parse_int
 from marun.inputs.textfile import parse_guarded, read_input_text
@@ -116,6 +116,14 @@ class _Reader:
             raise self.bad(f"{_at(where, key)}", _short(value), "a string")
         return value
 
+    def device_ip(self, device: Mapping[str, Any], where: str) -> str:
+        """A device's address on the parameter plane: an IPv4 address, or "" when not given
+        (HCCL connects the devices by it: `300.1.1.1` would fail at the first collective)."""
+        value = self.text(device, "device_ip", where, False)
+        if value and not is_ipv4(value.strip()):
+            raise self.bad(f"{where}.device_ip", value, "an IPv4 address")
+        return value.strip()
+
     def integer(self, data: Mapping[str, Any], key: str, where: str) -> int | None:
         """A non-negative integer, written as a string (the format) or as a JSON number."""
         value = data.get(key)
@@ -167,12 +175,7 @@ def _devices(r: _Reader, entry: Mapping[str, Any], key: str, where: str) -> list
     for j, raw in enumerate(r.items(entry, key, where)):
         dwhere = f"{where}.{key}[{j}]"
         device = r.obj(raw, dwhere)
-        out.append(
-            (
-                r.required_integer(device, "device_id", dwhere),
-                r.text(device, "device_ip", dwhere, False),
-            )
-        )
+        out.append((r.required_integer(device, "device_id", dwhere), r.device_ip(device, dwhere)))
     if not out:
         raise r.error(f"{where}.{key} is empty: expected at least one device")
     return out
@@ -220,6 +223,13 @@ def _group_instances(r: _Reader, group: Mapping[str, Any], gwhere: str) -> list[
     total = sum(len(inst.devices) for inst in out)
     if device_count is not None and device_count != total:
         raise r.error(f"{gwhere}.{key}={group[key]!r} but its instances list {total} device(s)")
+    server_num = r.integer(group, "server_num", gwhere)
+    servers = len({inst.server_id for inst in out})
+    if server_num is not None and server_num != servers:
+        raise r.error(
+            f"{gwhere}.server_num={group['server_num']!r} but its instances are on {servers} "
+            "server(s) (distinct server_id)"
+        )
     return out
 
 
@@ -319,7 +329,7 @@ def _server_list_slots(r: _Reader, data: Mapping[str, Any]) -> list[_Slot]:
                     host_ip,
                     "",
                     r.required_integer(device, "device_id", dwhere),
-                    r.text(device, "device_ip", dwhere, False),
+                    r.device_ip(device, dwhere),
                     r.required_integer(device, "rank_id", dwhere),
                     dwhere,
                 )
@@ -371,6 +381,43 @@ def _servers(slots: Sequence[_Slot]) -> tuple[Server, ...]:
             )
         )
     return tuple(servers)
+
+
+# -- what the hardware allows ----------------------------------------------------------------
+
+# Devices a server can give one job on the platform: 1, 2, 4 or 8 of its 8 NPUs, and all 8 when
+# the job spans servers (HCCL's ring and mesh layouts assume these). Other layouts are notes, not
+# errors: hand-written tables, simulations (`marun simulate --nodes 2 --devices 2`) and hardware
+# with other counts (SuperPoD servers) are real and marun cannot tell them from a mistake.
+SERVER_DEVICE_COUNTS = (1, 2, 4, 8)
+MULTI_SERVER_DEVICES = 8
+
+
+def layout_notes(table: RankTable) -> list[str]:
+    """Plan notes for a device layout the platform does not allocate (docs/platform-contract.md)."""
+    counts = [len(server.devices) for server in table.servers]
+    if len(counts) == 1:
+        if counts[0] in SERVER_DEVICE_COUNTS:
+            return []
+        return [
+            f"rank table {table.path}: server {table.servers[0].server_id} has {counts[0]} "
+            "devices; the platform allocates 1, 2, 4 or 8 devices on a server, and HCCL may "
+            "refuse another count"
+        ]
+    odd = [
+        (server.server_id, count)
+        for server, count in zip(table.servers, counts)
+        if count != MULTI_SERVER_DEVICES
+    ]
+    if not odd:
+        return []
+    shown = ", ".join(f"{sid} has {count}" for sid, count in odd[:3])
+    more = f" and {len(odd) - 3} more" if len(odd) > 3 else ""
+    return [
+        f"rank table {table.path}: {len(odd)} of {len(counts)} servers do not have 8 "
+        f"devices ({shown}{more}); the platform gives a job that spans servers all 8 devices "
+        "of each, and HCCL may refuse another layout"
+    ]
 
 
 # -- the file ---------------------------------------------------------------------------------
@@ -486,8 +533,14 @@ def table_path(platform: Platform, raw: str) -> str:
 
 def load_platform_rank_table(platform: Platform, raw: str) -> RankTable:
     """The table RANK_TABLE_FILE=`raw` names, waited for, and checked against what the platform
-    says of the job's size (RANK_SIZE, MA_NUM_HOSTS) where it says it."""
-    table = load_rank_table(table_path(platform, raw), platform.settings.ranktable_timeout)
+    says of the job's size (RANK_SIZE, MA_NUM_HOSTS) where it says it. A dry run (`marun plan`)
+    reads it once and never waits: `RankTableNotReady` goes to the planner, which plans what it
+    can and says that `marun run` would wait (`pending_note`)."""
+    path = table_path(platform, raw)
+    if platform.dry_run:
+        table = parse_rank_table(_read(path), path)
+    else:
+        table = load_rank_table(path, platform.settings.ranktable_timeout)
     raw_size = platform.env.get("RANK_SIZE", "")
     if raw_size.strip() and raw_size.strip() != str(table.rank_size):
         raise bad_value(
@@ -502,6 +555,44 @@ def load_platform_rank_table(platform: Platform, raw: str) -> RankTable:
             f"{len(table.servers)}, the number of servers in rank table {table.path}",
         )
     return table
+
+
+def pending_note(platform: Platform, raw: str, then: str) -> str:
+    """What a dry run says of a table still `initializing`: what `marun run` does instead."""
+    return (
+        f"rank table {table_path(platform, raw)}: status is {INITIALIZING!r} (the platform fills "
+        f"it in once every pod of the job is placed); marun run waits for {COMPLETED!r}, up to "
+        f"ranktable_timeout={platform.settings.ranktable_timeout:g}s, then plans {then} from it. "
+        "A dry run does not wait: no process is shown; run marun plan again once it is complete"
+    )
+
+
+def still_initializing(platform: Platform) -> bool:
+    """Whether RANK_TABLE_FILE names a readable table whose status is `initializing` (one look;
+    anything else, a bad table included, is False: reading it for the plan reports that)."""
+    raw = platform.env.get("RANK_TABLE_FILE", "")
+    if not raw.strip():
+        return False
+    try:
+        _, status = _document(_read(table_path(platform, raw)), raw)
+    except InputError:
+        return False
+    return status == INITIALIZING
+
+
+def plans_per_device(mode: str, platform: Platform) -> bool:
+    """Whether each of the platform's once-per-device starts plans its own rank's processes:
+    ascend always (unless --per-node); mindspore from a rank table when the start has its
+    RANK_ID (the worker of that rank, and on the scheduler's rank the scheduler too)."""
+    if platform.settings.per_node:
+        return False
+    if mode == "ascend":
+        return True
+    return (
+        mode == "mindspore"
+        and bool(platform.env.get("RANK_TABLE_FILE", "").strip())
+        and bool(platform.env.get("RANK_ID", "").strip())
+    )
 
 
 # -- which server is this node ----------------------------------------------------------------

@@ -88,6 +88,10 @@ INT_RANGES: Mapping[str, tuple[int, int]] = {
     "ms_cert_expire_warning_days": (0, 36_500),
     "job_port": (0, PORT_MAX),  # 0: no coordination
 }
+# A settings file is a few dozen lines; 64 KiB holds thousands of names in mpi_forward_env.
+# Bounded before it is parsed: PyYAML's pure-Python parser takes about a second per 10,000 nodes,
+# so a 6 MB list of numbers would hold `plan` and `run` for minutes before its type is refused.
+MAX_CONFIG_BYTES = 64 * 1024
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -121,6 +125,9 @@ def _coerce(name: str, value: Any, where: str) -> Any:
             return parse_seconds(where, value)
         if kind.startswith("tuple"):
             if isinstance(value, (list, tuple)):
+                # Words only: a nested list (YAML aliases can nest one exponentially) is no word.
+                if not all(isinstance(v, (str, int, float)) for v in value):
+                    raise ValueError
                 return tuple(str(v) for v in value)
             text = str(value)
             if name == "mpirun_extra_args":
@@ -147,7 +154,9 @@ def find_config_file(explicit: str | None, env: Mapping[str, str], cwd: str) -> 
 def _read_file(path: Path) -> dict[str, Any]:
     import yaml  # lazy: only when a config file exists
 
-    text = read_input_text(str(path), "config file", "a YAML file of settings")
+    text = read_input_text(
+        str(path), "config file", "a YAML file of settings", limit=MAX_CONFIG_BYTES
+    )
     try:
         data = parse_guarded(yaml.safe_load, text, f"config file {path}")
     except yaml.YAMLError as exc:

@@ -4,6 +4,10 @@ The platform writes `[xx-ps-0.xx:PORT,xx-ps-1.xx:PORT]`; the same list also arri
 (`a:1,b:2`), with quotes around the whole or each entry, with spaces after the commas, or as a
 JSON list (`["a:1", "b:2"]`). All of them come out as a tuple of `HOST:PORT` strings, the form
 TF_CONFIG's cluster wants.
+
+The platform makes the appended lists from two variables it also sets in the container,
+`--ps_hosts <TF_PS_HOSTS> --worker_hosts <TF_WORKER_HOSTS>` (docs/platform-contract.md):
+`HOSTS_VARS` names them, by flag.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from marun.inputs.numbers import is_digits
 # A DNS name or IPv4 address, or an IPv6 address in brackets (`[::1]:5000`).
 _HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?|\[[0-9A-Fa-f:.]+\]")
 _QUOTES = "\"'"
+HOSTS_VARS = {"ps_hosts": "TF_PS_HOSTS", "worker_hosts": "TF_WORKER_HOSTS"}
 EXPECTED = "a list of HOST:PORT like [job-ps-0.job:5000,job-ps-1.job:5001], port 1-65535"
 
 

@@ -3,46 +3,73 @@ reports to. It counts arrivals and opens the start barrier, turns the first fail
 a stop sent to every node, declares a node that went silent for peer_timeout failed, watches for
 a job-wide hang, and gathers each node's end for job.json.
 
-Messages in (member -> coordinator): hello {nonce}, hb {idle}, failure {failure}, stacks {text}, end
-{outcome, exit_code}. Out: challenge {nonce} (first, on every connection), welcome, start, hb,
-dump, stop {code, failure}, done {code}. Replay protection: marun.job.protocol.
+Messages in (member -> coordinator): hello {nonce, instance, leader, started}, hb {idle, cpu},
+failure {failure}, stacks {text}, end {outcome, exit_code}. Out: challenge {nonce, instance}
+(first, on every connection), welcome {instance}, start, hb, dump, stop {code, failure}, done
+{code}, refused {why} (then the connection is closed). Replay protection: marun.job.protocol.
+
+Nothing that arrives on the port may end this thread: every line goes through protocol.decode
+(which refuses whatever is not a well-typed message of this job), and the loop catches anything
+unexpected, logs it with its traceback and goes on (marun.job.limits bounds what the network
+may cost it).
+
+Who is who: `instance` is a fresh nonce of each marun process (node 0's is the coordinator's).
+A member that says hello with another instance than the one its node had is a new marun on
+that node: `_came_back` decides what that means (before the start: the pod was recreated,
+welcome; after it: a failure of the job, until part 14's restart rounds make it a rejoin).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import selectors
 import socket
 import sys
 import threading
 import time
+import traceback
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from marun.job.hang import HangJudge, describe_stacks
+from marun.job.limits import (
+    HELLO_WAIT,
+    RefusalLog,
+    Reserve,
+    per_source_limit,
+    total_limit,
+)
 from marun.job.protocol import (
+    MAX_HELLO_LINE,
+    MAX_LINE,
     LineBuffer,
     ProtocolError,
+    clean_failure,
     decode,
     encode,
     fresh,
     is_nonce,
     new_nonce,
 )
-from marun.plan.coordination import Coordination
+from marun.plan.coordination import HEARTBEAT, Coordination
 
-HEARTBEAT = 1.0  # seconds between heartbeats, both ways
 HANG_EXIT = 124  # the job's exit code when the hang watchdog stopped it (docs/supervision.md)
 LOST_EXIT = 1  # a node that vanished, or never arrived
 _TICK = 0.2
 _DUMP_WAIT = 15.0  # seconds the watchdog waits for every node's stacks
+_CPU_KEPT = 4096  # heartbeats of CPU figures kept per member (over an hour at one a second)
+_STALL = 3 * HEARTBEAT  # the loop runs every _TICK: a gap this long means it was not running
 
 
 @dataclass(eq=False)
 class _Conn:
     sock: socket.socket
     address: str
-    buf: LineBuffer = field(default_factory=LineBuffer)
+    opened: float = field(default_factory=time.monotonic)
+    buf: LineBuffer = field(default_factory=lambda: LineBuffer(MAX_HELLO_LINE))
     member: tuple[int, int] | None = None
     nonce: str = field(default_factory=new_nonce)  # ours: every line in must name it
     peer_nonce: str | None = None  # the member's, from its hello: every line out names it
@@ -58,8 +85,12 @@ class MemberState:
     address: str
     arrived: float  # wall clock
     last_seen: float  # monotonic
+    instance: str = ""  # its marun process's (a new one: that node's marun was restarted)
+    last_seen_wall: float = 0.0  # wall clock of last_seen: when a lost node ended, for job.json
     conn: _Conn | None = None
     idle: float = 0.0  # seconds without a rank's line, as of its last heartbeat
+    # (monotonic, CPU seconds its ranks have used) from its heartbeats: the hang watchdog's
+    cpu_history: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=_CPU_KEPT))
     daemons_only: bool = False
     ended: float | None = None
     outcome: str | None = None
@@ -88,6 +119,10 @@ class Coordinator:
         self._server.listen(64)
         self._server.setblocking(False)
         self._sel.register(self._server, selectors.EVENT_READ, None)
+        self._reserve = Reserve()
+        self._refusals = RefusalLog(self._log)
+        self.instance = new_nonce()  # this coordinator's: a restarted node 0 has another
+        self.errors = 0  # unexpected exceptions caught by the loop (logged each)
         self._conns: set[_Conn] = set()
         self.members: dict[tuple[int, int], MemberState] = {}
         self.started_at = time.time()
@@ -97,17 +132,31 @@ class Coordinator:
         self.first_failure: dict[str, Any] | None = None
         self.exit_code: int | None = None
         self.done_sent = False
-        self.refused = 0
         self._allowed: set[str] | None = None
         self._allowed_at = 0.0
         self._last_hb = 0.0
         self._dump_since: float | None = None
+        self._hang_why = ""
+        self._hang = (
+            None
+            if coord.hang_timeout is None
+            else HangJudge(
+                coord.hang_timeout,
+                lambda sample: self._broadcast("dump", sample=sample),
+                self._log,
+            )
+        )
+        self._last_run = time.monotonic()
         self._closing = False
         self._thread = threading.Thread(target=self._loop, name="marun-coordinator", daemon=True)
 
     @property
     def expected(self) -> int:
         return self.coord.nodes * self.coord.slots
+
+    @property
+    def refused(self) -> int:
+        return self._refusals.total
 
     def start(self) -> Coordinator:
         self._thread.start()
@@ -124,13 +173,23 @@ class Coordinator:
         closing_since: float | None = None
         try:
             while True:
-                for key, _ in self._sel.select(_TICK):
-                    if key.data is None:
-                        self._accept()
-                    else:
-                        self._read(key.data)
-                with self._lock:
-                    self._tick()
+                events = self._sel.select(_TICK)
+                self._check_stall()  # before reading what piled up meanwhile
+                for key, _ in events:
+                    conn = key.data
+                    try:
+                        if conn is None:
+                            with self._reserve.lock:
+                                self._accept()
+                        else:
+                            self._read(conn)
+                    except Exception as exc:  # nothing from the port ends the job
+                        self._unexpected(exc, conn)
+                try:
+                    with self._lock:
+                        self._tick()
+                except Exception as exc:
+                    self._unexpected(exc, None)
                 if self._closing:
                     closing_since = closing_since or time.monotonic()
                     live = [c for c in self._conns if c.member is not None]
@@ -143,21 +202,93 @@ class Coordinator:
                 self._sel.unregister(self._server)
             self._server.close()
             self._sel.close()
+            self._reserve.close()
+
+    def _check_stall(self) -> None:
+        """This thread did not run for a while (node 0's marun frozen by SIGSTOP, or starved):
+        past peer_timeout the other nodes have given up on node 0, so node 0 is the job's
+        failure, and those that left ended when they gave up (peer_timeout after node 0 last
+        ran), not when node 0 noticed; one that is still there says its own end later."""
+        now = time.monotonic()
+        last, self._last_run = self._last_run, now
+        gap = now - last
+        if gap < _STALL or not self.start_sent:
+            return
+        self._log("coordinator_stalled", "error", seconds=round(gap, 1))
+        if gap < self.coord.peer_timeout:
+            return
+        gave_up = time.time() - gap + self.coord.peer_timeout
+        with self._lock:
+            self._stop(
+                LOST_EXIT,
+                {
+                    "node": self.coord.leader,
+                    "host": self.coord.host,
+                    "exit_code": LOST_EXIT,
+                    "why": f"node {self.coord.leader}'s marun did not run for {gap:.0f}s "
+                    f"(stopped, e.g. SIGSTOP, or starved): past peer_timeout "
+                    f"{self.coord.peer_timeout:g}s the other nodes gave up on it",
+                },
+            )
+            for member in self.members.values():
+                if member.ended is None and member.node != self.coord.leader:
+                    member.ended = gave_up
+                    member.outcome = "lost"
+
+    def _unexpected(self, exc: Exception, conn: _Conn | None) -> None:
+        """A bug, or something no test thought of: logged whole; the connection it came on is
+        dropped; the job goes on."""
+        self.errors += 1
+        self._log(
+            "job_coordinator_error",
+            "error",
+            source=conn.address if conn is not None else None,
+            error=f"{type(exc).__name__}: {exc}"[:300],
+            traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[
+                -4000:
+            ],
+        )
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                self._drop(conn)
 
     def _accept(self) -> None:
         try:
             sock, peer = self._server.accept()
-        except OSError:
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                self._out_of_descriptors()
             return
-        sock.setblocking(False)
         conn = _Conn(sock, str(peer[0]))
         if not self._address_allowed(conn.address):
             self._refuse(conn, "not from one of the job's hosts")
             sock.close()
             return
+        mine = sum(1 for c in self._conns if c.address == conn.address)
+        if len(self._conns) >= total_limit(self.expected):
+            self._refuse(conn, f"too many connections ({len(self._conns)} open)")
+            sock.close()
+            return
+        if mine >= per_source_limit(self.expected):
+            self._refuse(conn, f"too many connections from this address ({mine} open)")
+            sock.close()
+            return
+        sock.setblocking(False)
         self._conns.add(conn)
         self._sel.register(sock, selectors.EVENT_READ, conn)
-        self._send_conn(conn, "challenge", nonce=conn.nonce)
+        self._send_conn(conn, "challenge", nonce=conn.nonce, instance=self.instance)
+
+    def _out_of_descriptors(self) -> None:
+        """The process has no descriptor left: take the waiting connection with the reserve one
+        and close it at once (else the listening socket stays readable and the loop spins)."""
+        with self._reserve.released():
+            try:
+                sock, peer = self._server.accept()
+            except OSError:
+                time.sleep(_TICK)  # still none: let the rest of the process free some
+                return
+            sock.close()
+        self._refusals.refuse(str(peer[0]), "no file descriptor left (too many open files)")
 
     def _read(self, conn: _Conn) -> None:
         try:
@@ -176,6 +307,8 @@ class Coordinator:
             self._drop(conn)
             return
         for line in lines:
+            if conn not in self._conns:
+                return  # dropped by the line before
             try:
                 body = decode(self._secret, self.coord.job, line)
                 conn.seq_in = fresh(body, conn.nonce, conn.seq_in)
@@ -201,8 +334,15 @@ class Coordinator:
                 member.conn = None  # silent from now on: peer_timeout counts
 
     def _refuse(self, conn: _Conn, why: str) -> None:
-        self.refused += 1
-        self._log("job_message_refused", "warning", source=conn.address, reason=why)
+        self._refusals.refuse(conn.address, why)
+
+    def _turn_away(self, conn: _Conn, why: str) -> None:
+        """A hello refused with a reason the member logs (another job's marun, a second marun
+        for a node): one line on each side, and the connection closed."""
+        self._refuse(conn, why)
+        if conn.peer_nonce is not None:
+            self._send_conn(conn, "refused", why=why)
+        self._drop(conn)
 
     # -- who may talk to us -----------------------------------------------------------------
 
@@ -225,35 +365,83 @@ class Coordinator:
         kind = body["type"]
         if kind == "hello":
             if not (0 <= key[0] < self.coord.nodes and 0 <= key[1] < self.coord.slots):
-                self._refuse(conn, f"node {key[0]} slot {key[1]} is not part of this job")
+                self._turn_away(conn, f"node {key[0]} slot {key[1]} is not part of this job")
+                return
+            if conn.member is not None:
+                self._refuse(conn, "a second hello on one connection")
+                self._drop(conn)
                 return
             self._hello(conn, key, body)
             return
-        if conn.member != key:
+        if conn.member != key or key not in self.members:
             self._refuse(conn, f"{kind} before hello")
+            self._drop(conn)
             return
         member = self.members[key]
         member.last_seen = time.monotonic()
+        member.last_seen_wall = time.time()
         if kind == "hb":
-            member.idle = float(body.get("idle", 0.0))
+            member.idle = max(0.0, float(body.get("idle", 0.0)))
+            cpu = body.get("cpu")
+            if cpu is not None:
+                member.cpu_history.append((member.last_seen, float(cpu)))
         elif kind == "failure":
-            self._failure(dict(body.get("failure") or {}))
+            self._failure(clean_failure(body.get("failure") or {}))
         elif kind == "stacks":
             member.stacks = str(body.get("text", ""))
         elif kind == "end":
             member.ended = time.time()
-            member.outcome = str(body.get("outcome"))
+            member.outcome = str(body.get("outcome"))[:40]
             member.exit_code = int(body.get("exit_code", 0))
+            if not self.start_sent and self.stopped is None:
+                # It ended before the job started (its marun was stopped while waiting): the
+                # job cannot start without it.
+                code = member.exit_code or LOST_EXIT
+                self._stop(
+                    code,
+                    {
+                        "node": key[0],
+                        "host": member.host,
+                        "exit_code": code,
+                        "why": f"node {key[0]} ({member.host}) left before the start "
+                        f"({member.outcome}, exit code {member.exit_code})",
+                    },
+                )
 
     def _hello(self, conn: _Conn, key: tuple[int, int], body: dict[str, Any]) -> None:
-        conn.member = key
+        instance = str(body.get("instance", ""))
         old = self.members.get(key)
         now = time.monotonic()
+        if (
+            body.get("started") is True
+            and not self.start_sent
+            and str(body.get("leader", "")) != self.instance
+        ):
+            # Its job started under another coordinator: this node 0's marun is a new one. It
+            # is taken in like any member (so that its end is waited for) and told to stop.
+            self._came_back(key, body, None)
+        elif old is not None and old.instance and instance != old.instance:
+            talking = old.conn is not None and now - old.last_seen < 3 * HEARTBEAT
+            if talking and old.conn is not conn:
+                # The node's marun is alive and talking: this one is somebody else's (another
+                # job's with the same id and secret, or a second marun started by hand).
+                self._turn_away(
+                    conn,
+                    f"node {key[0]} slot {key[1]} is here already (its marun talks on another "
+                    f"connection): this marun belongs to another job, or is one too many",
+                )
+                return
+            self._came_back(key, body, old)
+            old.instance = instance
+        conn.member = key
+        conn.buf.limit = MAX_LINE  # a member of the job: stacks may follow
+        old = self.members.get(key)
         if old is not None:
             if old.conn is not None and old.conn is not conn:
                 self._drop(old.conn)
             old.conn = conn
             old.last_seen = now
+            old.last_seen_wall = time.time()
             member = old
         else:
             member = MemberState(
@@ -263,6 +451,8 @@ class Coordinator:
                 address=conn.address,
                 arrived=time.time(),
                 last_seen=now,
+                instance=instance,
+                last_seen_wall=time.time(),
                 conn=conn,
                 daemons_only=bool(body.get("daemons_only", False)),
             )
@@ -275,7 +465,7 @@ class Coordinator:
             ]
             if key[0] in complete:  # this node's last device just arrived
                 self._announce(f"marun: {len(complete)}/{self.coord.nodes} nodes up")
-        self._send(member, "welcome")
+        self._send(member, "welcome", instance=self.instance)
         if self.stopped is not None:
             self._send(member, "stop", **self.stopped)
         elif self.start_sent:
@@ -285,11 +475,36 @@ class Coordinator:
             self._log("job_start", nodes=self.coord.nodes)
             self._broadcast("start")
 
+    def _came_back(
+        self, key: tuple[int, int], body: dict[str, Any], old: MemberState | None
+    ) -> None:
+        """A node's marun that is not the one the job had: `old` is the node's earlier one, or
+        None when node 0's is the new one (the member's job started under another).
+
+        The one place that decides what a node that comes back does. Before the start: the pod
+        was recreated while the job gathered; the new marun takes the old one's place. After
+        the start: the job's ranks cannot take a new node in (no restart rounds yet), so the job
+        fails, naming it; the new marun is taken in and told to stop with everybody else. Part
+        14's restart rounds turn this into a rejoin for the next round."""
+        leader = old is None
+        node = self.coord.leader if leader else key[0]
+        host = self.coord.host if leader else str(body.get("host", "?"))[:200]
+        if old is not None and not self.start_sent and self.stopped is None:
+            self._log("node_replaced", "warning", node=key[0], slot=key[1], host=host)
+            old.ended = old.outcome = old.exit_code = None
+            return
+        why = f"node {node} came back after the start: its earlier marun was lost"
+        self._log("node_came_back", "error", node=node, slot=key[1], host=host)
+        if self.stopped is None:
+            self._stop(LOST_EXIT, {"node": node, "host": host, "exit_code": LOST_EXIT, "why": why})
+        if old is not None and old.outcome == "lost":
+            old.ended = old.outcome = None  # the new marun reports how it ends
+
     def _failure(self, failure: dict[str, Any]) -> None:
         if self.stopped is not None:
             return
-        code = int(failure.get("exit_code") or 1)
-        self._stop(code, failure)
+        code = failure.get("exit_code") or 1
+        self._stop(code if isinstance(code, int) and 0 < code < 256 else 1, failure)
 
     def _stop(self, code: int, failure: dict[str, Any]) -> None:
         if self.stopped is not None:
@@ -308,10 +523,16 @@ class Coordinator:
 
     def _tick(self) -> None:
         now = time.monotonic()
+        self._refusals.flush(now)
+        for conn in [c for c in self._conns if c.member is None]:
+            if now - conn.opened > HELLO_WAIT:
+                self._refuse(conn, f"no hello within {HELLO_WAIT:g}s")
+                self._drop(conn)
         if now - self._last_hb >= HEARTBEAT:
             self._last_hb = now
             self._broadcast("hb")
         if not self.start_sent and self.stopped is None:
+            self._forget_departed()
             if now - self._t0 >= self.coord.arrival_timeout:
                 self._arrival_failed()
             return
@@ -328,10 +549,21 @@ class Coordinator:
                             f"marun for {self.coord.peer_timeout:g}s",
                         },
                     )
-                member.ended = time.time()
+                # It ended when it was last heard of, not when node 0 noticed (node 0 may have
+                # been frozen meanwhile).
+                member.ended = member.last_seen_wall or time.time()
                 member.outcome = "lost"
         self._watch_hang(now)
         self._check_done()
+
+    def _forget_departed(self) -> None:
+        """Before the start, a node whose connection is gone is not present: the barrier waits
+        for it again (its marun reconnects, or its pod is recreated); it never opens on a node
+        that left."""
+        for key, member in list(self.members.items()):
+            if member.conn is None and member.ended is None:
+                del self.members[key]
+                self._log("node_departed", "warning", node=key[0], slot=key[1], host=member.host)
 
     def _arrival_failed(self) -> None:
         missing = []
@@ -356,32 +588,29 @@ class Coordinator:
         self._stop(LOST_EXIT, {"node": first, "exit_code": LOST_EXIT, "why": why})
 
     def _watch_hang(self, now: float) -> None:
-        limit = self.coord.hang_timeout
-        if limit is None or self.stopped is not None:
+        """marun.job.hang judges; once hung, every node's stacks are gathered (and written into
+        each rank's log) and the job stopped with HANG_EXIT and the reason."""
+        if self._hang is None or self.stopped is not None:
             return
         running = [m for m in self.members.values() if m.ended is None and not m.daemons_only]
         if not running:
             return
         if self._dump_since is None:
             idle = min(m.idle + (now - m.last_seen) for m in running)
-            if idle >= limit:
+            why = self._hang.tick(running, idle, now)
+            if why is not None:
+                self._hang_why = why
                 self._dump_since = now
-                self._log("job_hang", "error", idle_seconds=round(idle, 1))
+                for m in running:
+                    m.stacks = None
+                self._log("job_hang", "error", idle_seconds=round(idle, 1), why=why)
                 self._broadcast("dump")
             return
         have = all(m.stacks is not None for m in running)
         if have or now - self._dump_since >= _DUMP_WAIT:
-            stacks = "".join(
-                f"--- node {m.node} slot {m.slot} ({m.host})\n{m.stacks or '(no stacks)'}\n"
-                for m in sorted(running, key=lambda m: (m.node, m.slot))
-            )
             self._stop(
                 HANG_EXIT,
-                {
-                    "exit_code": HANG_EXIT,
-                    "why": f"hang: no rank of the job wrote a line for {limit:g}s",
-                    "stacks": stacks,
-                },
+                {"exit_code": HANG_EXIT, "why": self._hang_why, "stacks": describe_stacks(running)},
             )
 
     def _check_done(self) -> None:
@@ -466,14 +695,17 @@ class Coordinator:
             }
 
     def write_report(self, directory: str) -> str:
-        """job.json beside result.json (atomic, 0600)."""
-        import json
-        import os
+        """job.json beside result.json (atomic, 0600), with the reserved descriptor free for it
+        (the port may have taken every other one)."""
+        with self._reserve.released():  # the imports read files too
+            import json
+            import os
 
-        from marun._files import atomic_write, private_dir
+            from marun._files import atomic_write, private_dir
 
-        path = os.path.join(private_dir(directory, strict=False), "job.json")
-        atomic_write(path, json.dumps(self.report(), indent=2) + "\n", 0o600)
+            text = json.dumps(self.report(), indent=2) + "\n"
+            path = os.path.join(private_dir(directory, strict=False), "job.json")
+            atomic_write(path, text, 0o600)
         return path
 
 

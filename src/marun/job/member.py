@@ -11,9 +11,11 @@ import select
 import socket
 import threading
 import time
+import traceback
 from typing import Any
 
-from marun.job.coordinator import HEARTBEAT, LOST_EXIT, Coordinator
+from marun.job.coordinator import LOST_EXIT, Coordinator
+from marun.job.cputime import descendants_cpu
 from marun.job.protocol import (
     LineBuffer,
     ProtocolError,
@@ -23,10 +25,11 @@ from marun.job.protocol import (
     is_nonce,
     new_nonce,
 )
-from marun.plan.coordination import Coordination
+from marun.plan.coordination import HEARTBEAT, Coordination
 from marun.runtime.joblink import JobEvent
 
 _RETRY = 0.5
+_UNSTARTED_END_WAIT = 10.0  # seconds a node that never started waits for the job's end
 
 
 class Member:
@@ -68,6 +71,12 @@ class Member:
         self._closing = False
         self._tries = 0
         self._last_error = ""
+        self.instance = new_nonce()  # this marun process's (node 0 tells a restarted one apart)
+        self._leader_instance = ""  # node 0's coordinator's, from its welcome
+        self._said: set[str] = set()  # refusals logged already (each once)
+        # A failure or end said while not connected (this node stopped before it reached node
+        # 0): sent right after the next hello, so node 0 hears of it all the same.
+        self._queued: list[tuple[str, dict[str, Any]]] = []
         self._thread = threading.Thread(target=self._loop, name="marun-member", daemon=True)
         self._thread.start()
 
@@ -106,8 +115,13 @@ class Member:
         # declares a silent node lost after peer_timeout, and this thread gives up on a silent
         # node 0 after as long.
         done = False
+        # A node that ends before the job started has nothing to wait for but node 0's word
+        # that it heard (done): not an arrival time-out more.
+        limit = None if self._started.is_set() else time.monotonic() + _UNSTARTED_END_WAIT
         while not done and self._thread.is_alive():
             done = self._done.wait(1.0)
+            if limit is not None and time.monotonic() > limit:
+                break
         if not done:
             self._log("job_end_unknown", "warning")
         if self.coordinator is not None:
@@ -133,7 +147,21 @@ class Member:
 
     def _loop(self) -> None:
         try:
-            self._converse()
+            while True:
+                try:
+                    self._converse()
+                    return
+                except Exception as exc:  # a bug: logged whole, and the link goes on
+                    self._log(
+                        "job_member_error",
+                        "error",
+                        error=f"{type(exc).__name__}: {exc}"[:300],
+                        traceback="".join(
+                            traceback.format_exception(type(exc), exc, exc.__traceback__)
+                        )[-4000:],
+                    )
+                    self._disconnect()
+                    time.sleep(_RETRY)
         finally:
             self._disconnect()  # node 0 sees this node leave at once
 
@@ -167,7 +195,12 @@ class Member:
                 continue
             if now - last_hb >= HEARTBEAT:
                 last_hb = now
-                self._send("hb", idle=round(now - self._last_activity, 2))
+                fields: dict[str, Any] = {"idle": round(now - self._last_activity, 2)}
+                if self.coord.hang_timeout is not None:
+                    cpu = descendants_cpu()
+                    if cpu is not None:
+                        fields["cpu"] = round(cpu, 2)
+                self._send("hb", **fields)
             if now - last_heard > self.coord.peer_timeout:
                 self._lost(
                     f"no word from node {self.coord.leader}'s marun for "
@@ -218,6 +251,8 @@ class Member:
             peer, self._seq_in = self._challenge(sock)
         except (OSError, ProtocolError) as exc:
             self._last_error = f"no challenge from node {self.coord.leader}'s marun: {exc}"
+            if isinstance(exc, ProtocolError) and "another job" in str(exc):
+                self._say_once(f"{self._target[0]}:{self._target[1]} is another job's marun: {exc}")
             with contextlib.suppress(OSError):
                 sock.close()
             return False
@@ -229,7 +264,14 @@ class Member:
             host=self._host,
             daemons_only=self._daemons_only,
             nonce=self._mine,
+            instance=self.instance,
+            leader=self._leader_instance,
+            started=self._started.is_set(),
         )
+        with self._send_lock:
+            queued, self._queued = self._queued, []
+        for kind, fields in queued:
+            self._send(kind, **fields)
         return self._sock is not None
 
     def _challenge(self, sock: socket.socket) -> tuple[str, int]:
@@ -243,7 +285,23 @@ class Member:
             lines = self._buf.feed(data)
             if lines:
                 break
-        body = decode(self._secret, self.coord.job, lines[0])
+        body = decode(self._secret, None, lines[0])
+        if body["job"] != self.coord.job:
+            # Node 0 of another job (same port, same secret): say hello all the same, so that
+            # its marun says so too (one line on each side), then leave.
+            with contextlib.suppress(OSError):
+                sock.sendall(
+                    encode(
+                        self._secret,
+                        {"job": self.coord.job, "node": self.coord.index,
+                         "slot": self.coord.slot, "type": "hello", "host": self._host,
+                         "nonce": new_nonce(), "peer": body.get("nonce"), "seq": 0},
+                    )
+                )  # fmt: skip
+            raise ProtocolError(
+                f"job id {str(body['job'])[:80]!r} is not this job's {self.coord.job!r} "
+                "(another job's marun)"
+            )
         seq = body.get("seq")
         if body["type"] != "challenge" or not is_nonce(body.get("nonce")):
             raise ProtocolError(f"{body['type']} instead of a challenge")
@@ -262,7 +320,12 @@ class Member:
 
     def _handle(self, body: dict[str, Any]) -> None:
         kind = body["type"]
-        if kind == "start":
+        if kind == "welcome":
+            self._leader_instance = str(body.get("instance", ""))
+        elif kind == "refused":
+            self._say_once(f"node {self.coord.leader}'s marun refused this one: {body.get('why')}")
+            self._last_error = f"refused: {body.get('why')}"
+        elif kind == "start":
             if not self._started.is_set():
                 self._started.set()
                 self._push(JobEvent("start", 0, None))
@@ -272,10 +335,16 @@ class Member:
                 self._stop_event = event
                 self._push(event)
         elif kind == "dump":
-            self._push(JobEvent("dump", 0, None))
+            # code 1: a sample for the watchdog to compare, not the dump of a hang
+            self._push(JobEvent("dump", 1 if body.get("sample") else 0, None))
         elif kind == "done":
             self._done_code = int(body.get("code", 0))
             self._done.set()
+
+    def _say_once(self, why: str) -> None:
+        if why not in self._said:
+            self._said.add(why)
+            self._log("job_refused", "error", reason=why)
 
     def _lost_leader(self, when: str) -> JobEvent:
         why = (
@@ -309,6 +378,8 @@ class Member:
         with self._send_lock:
             sock = self._sock
             if sock is None:
+                if kind in ("failure", "end"):
+                    self._queued.append((kind, fields))
                 return
             body.update(peer=self._peer, seq=self._seq_out)
             self._seq_out += 1

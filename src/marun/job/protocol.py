@@ -18,11 +18,34 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
 
-MAX_LINE = 1 << 20  # a line longer than this is not ours
+MAX_LINE = 1 << 20  # a line longer than this is not ours (stacks of every rank fit)
+MAX_HELLO_LINE = 8 << 10  # before a connection's hello: a hello is a few hundred bytes
+_MAC_HEX = 64  # HMAC-SHA256, in hex
+
+# What each message's fields must be, beyond job/node/slot/type/peer/seq (every other field is
+# ignored). A signed line with a field of another type is refused like a forged one: without a
+# secret anybody can sign, so the handlers may trust nothing else.
+_NUMBER = (int, float)
+FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
+    "challenge": {"nonce": (str,), "instance": (str,)},
+    "hello": {"nonce": (str,), "host": (str,), "daemons_only": (bool,), "instance": (str,),
+              "leader": (str,), "started": (bool,)},
+    "hb": {"idle": _NUMBER, "cpu": _NUMBER},
+    "failure": {"failure": (dict,)},
+    "stacks": {"text": (str,)},
+    "end": {"outcome": (str,), "exit_code": (int,)},
+    "welcome": {"instance": (str,)},
+    "start": {},
+    "dump": {"sample": (bool,)},
+    "stop": {"code": (int,), "failure": (dict, type(None))},
+    "done": {"code": (int,)},
+    "refused": {"why": (str,)},
+}  # fmt: skip
 
 
 class ProtocolError(Exception):
@@ -31,10 +54,11 @@ class ProtocolError(Exception):
 
 def job_secret(env: Mapping[str, str], ssh_key: str | None) -> bytes:
     """MARUN_JOB_TOKEN, else the content of Volcano's ssh private key (every node of the job has
-    the same, nobody else has it), else nothing."""
+    the same, nobody else has it), else nothing. The token is used as the bytes the environment
+    holds: one that is not UTF-8 (Python keeps it as lone surrogates) is as good a secret."""
     token = env.get("MARUN_JOB_TOKEN")
     if token:
-        return token.encode()
+        return token.encode("utf-8", "surrogateescape")
     if ssh_key and os.path.isfile(ssh_key):
         try:
             with open(ssh_key, "rb") as fh:
@@ -50,29 +74,64 @@ def encode(secret: bytes, body: Mapping[str, Any]) -> bytes:
     return (json.dumps({"body": text, "mac": mac}, separators=(",", ":")) + "\n").encode()
 
 
-def decode(secret: bytes, job: str, line: bytes) -> dict[str, Any]:
+def _json(data: bytes | str) -> Any:
+    """json.loads, every way it can fail (bad UTF-8, deep nesting: RecursionError) a
+    ProtocolError."""
     try:
-        outer = json.loads(line)
-        text = outer["body"]
-        mac = outer["mac"]
-        if not isinstance(text, str) or not isinstance(mac, str):
-            raise TypeError
-    except (ValueError, KeyError, TypeError):
+        return json.loads(data)
+    except (ValueError, RecursionError, MemoryError):
         raise ProtocolError("not a marun message") from None
-    want = hmac.new(secret, text.encode(), hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(want, mac):
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def decode(secret: bytes, job: str | None, line: bytes) -> dict[str, Any]:
+    """The body of a line signed with `secret` for job `job` (any job's: None); ProtocolError
+    for anything else, whatever the bytes are (this is the only parser of what arrives on the
+    job's port)."""
+    outer = _json(line)
+    if not isinstance(outer, dict):
+        raise ProtocolError("not a marun message")
+    text, mac = outer.get("body"), outer.get("mac")
+    if not isinstance(text, str) or not isinstance(mac, str):
+        raise ProtocolError("not a marun message")
+    if len(mac) != _MAC_HEX or not mac.isascii():
         raise ProtocolError("bad signature (not signed with this job's secret)")
     try:
-        body = json.loads(text)
-    except ValueError:
+        signed = text.encode()
+    except UnicodeEncodeError:  # lone surrogates: never from a marun
         raise ProtocolError("not a marun message") from None
+    want = hmac.new(secret, signed, hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(want, mac):
+        raise ProtocolError("bad signature (not signed with this job's secret)")
+    body = _json(text)
     if not isinstance(body, dict) or not isinstance(body.get("type"), str):
         raise ProtocolError("not a marun message")
-    if body.get("job") != job:
-        raise ProtocolError(f"job id {body.get('job')!r} is not this job's")
-    if not isinstance(body.get("node"), int) or not isinstance(body.get("slot"), int):
+    if not isinstance(body.get("job"), str) or (job is not None and body["job"] != job):
+        theirs = body.get("job")
+        shown = repr(theirs)[:80] if isinstance(theirs, str) else "none"
+        raise ProtocolError(f"job id {shown} is not this job's (another job's marun)")
+    if not _is_int(body.get("node")) or not _is_int(body.get("slot")):
         raise ProtocolError("no node index")
+    kind = body["type"]
+    fields = FIELDS.get(kind)
+    if fields is None:
+        raise ProtocolError(f"unknown message type {kind[:40]!r}")
+    for name, types in fields.items():
+        if name in body and not _typed(body[name], types):
+            wanted = "/".join(t.__name__ for t in types)
+            raise ProtocolError(f"{kind}: field {name!r} is not {wanted}")
     return body
+
+
+def _typed(value: object, types: tuple[type, ...]) -> bool:
+    if isinstance(value, bool) and bool not in types:
+        return False  # True is an int to Python, not to this protocol
+    if isinstance(value, float) and not math.isfinite(value):
+        return False  # NaN, Infinity: json.loads takes them
+    return isinstance(value, types)
 
 
 NONCE_BYTES = 16
@@ -99,14 +158,42 @@ def fresh(body: Mapping[str, Any], nonce: str, last_seq: int) -> int:
 
 
 class LineBuffer:
-    """Bytes from a socket in, complete lines out."""
+    """Bytes from a socket in, complete lines out; a line longer than `limit` (complete or not)
+    is refused, so a connection holds at most `limit` bytes here."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = MAX_LINE) -> None:
         self._buf = b""
+        self.limit = limit
 
     def feed(self, data: bytes) -> list[bytes]:
         self._buf += data
         *lines, self._buf = self._buf.split(b"\n")
-        if len(self._buf) > MAX_LINE:
-            raise ProtocolError("line too long")
+        if len(self._buf) > self.limit or any(len(line) > self.limit for line in lines):
+            self._buf = b""
+            raise ProtocolError(f"line longer than {self.limit} bytes")
         return [line for line in lines if line.strip()]
+
+
+# A failure's fields as every node prints them (marun.runtime.joblink.job_failure_summary):
+# anything else, or of another type, is left out; text is cut to a sane size.
+_FAILURE_TEXT = {"why": 2000, "name": 200, "host": 200, "signal": 40, "log": 1000}
+_FAILURE_STACKS = 1 << 19
+
+
+def clean_failure(failure: Mapping[str, Any]) -> dict[str, Any]:
+    clean: dict[str, Any] = {}
+    for name, limit in _FAILURE_TEXT.items():
+        value = failure.get(name)
+        if isinstance(value, str):
+            clean[name] = value[:limit]
+    for name in ("node", "rank", "exit_code"):
+        value = failure.get(name)
+        if _is_int(value):
+            clean[name] = value
+    stacks = failure.get("stacks")
+    if isinstance(stacks, str):
+        clean["stacks"] = stacks[:_FAILURE_STACKS]
+    tail = failure.get("tail")
+    if isinstance(tail, list):
+        clean["tail"] = [line[:1000] for line in tail[:50] if isinstance(line, str)]
+    return clean

@@ -42,6 +42,7 @@ from marun.inputs.hosts import lookup_ipv4
 MAX_THREADS = 128  # attempts at once; the hosts due after them queue
 FIRST_BACKOFF = 0.1  # seconds before the second attempt at a host; doubling, jittered
 MAX_BACKOFF = 0.5  # and never more: a peer is seen soon after it becomes ready
+BACKOFF_DOUBLINGS = 16  # past MAX_BACKOFF long before this; bounds the power (retry_ceiling)
 SSH_AT_ONCE = 32  # ssh logins at once: each costs node 0 a handshake's CPU
 LOGINS = 8  # peers logged in to (the first to answer); every peer of a smaller job
 IDENT_LIMIT = 8192  # bytes read for the identification line (RFC 4253 allows lines before it)
@@ -107,6 +108,15 @@ def _connect(address: str, port: int, timeout: float) -> socket.socket:
         raise NotReady(f"port {port} unreachable (no answer within {timeout:.3g}s)") from None
     except OSError as exc:
         raise NotReady(f"port {port} unreachable ({exc.strerror or exc})") from None
+
+
+def retry_ceiling(failures: int) -> float:
+    """The most seconds to wait before the next attempt at a host that failed `failures` times:
+    FIRST_BACKOFF doubling, capped at MAX_BACKOFF. The exponent is capped before the power is
+    taken: a host that never resolves fails thousands of times within formation_timeout, and
+    2.0 ** 1024 does not fit in a float (OverflowError ended node 0 after about 4 minutes)."""
+    doublings = min(max(failures - 1, 0), BACKOFF_DOUBLINGS)
+    return min(MAX_BACKOFF, FIRST_BACKOFF * 2.0**doublings)
 
 
 def probe_port(address: str, port: int, timeout: float) -> None:
@@ -263,7 +273,7 @@ class Formation:
                         left -= 1
                     else:
                         failures[index] += 1
-                        ceiling = min(MAX_BACKOFF, FIRST_BACKOFF * 2 ** (failures[index] - 1))
+                        ceiling = retry_ceiling(failures[index])
                         when = time.monotonic() + random.uniform(0.0, ceiling)
                         heapq.heappush(due, (when, index))
                 ready = self.ready_count()

@@ -47,6 +47,11 @@ names in marun.mpi.run_dir). Choices a reviewer should know:
   `--ssh-option=WORD` each, to check each peer with exactly the ssh mpirun will run. Paths in them
   are refused unless they need no quoting: Open MPI splits that string at spaces and would pass
   quotes on to ssh.
+- run_mpi.sh's own variables are honoured as the settings they stand for: `MY_SSHD_PORT` is
+  `sshd_port`, `MY_MPI_SLOTS` the slots per host (`nproc_per_node`), `MY_MPI_BTL_TCP_IF` the
+  `nic` (a comma-separated list, as given, for btl/oob_tcp_if_include). Given together with a
+  different marun setting they are bad input naming both; empty, they are unset (run_mpi.sh
+  skips empty variables, and marun forwards none with `-x NAME` either).
 - Options given in `mpirun_extra_args` replace marun's own (an `--mca NAME`, `-x NAME`,
   `--bind-to`, `--map-by` there drops marun's): Open MPI refuses an MCA parameter given twice,
   and a site must be able to override a default (sagemaker-training-toolkit #70). `-np` and the
@@ -63,11 +68,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from marun._files import find_executable
-from marun.errors import InputError, bad_value
+from marun.errors import InputError, bad_value, show_value
 from marun.inputs.hosts import node_hosts
 from marun.inputs.injected import TASK_INDEX_VARS, Platform
 from marun.inputs.nic import Nic, choose_nic
-from marun.inputs.settings import default_run_dir
+from marun.inputs.numbers import MAX_PROCS_PER_NODE, parse_int, parse_port
+from marun.inputs.settings import Settings, default_run_dir
 from marun.mpi import run_dir as run_files
 from marun.mpi.sshd_config import render_sshd_config, session_env
 from marun.plan.launch_plan import FileSpec, LaunchPlan, NodePlan, ProcessSpec
@@ -77,6 +83,10 @@ from marun.redact import is_secret_name, mask_argv
 SSHD_DIRS = ("/usr/sbin",)  # not on a non-root user's PATH on Debian/Ubuntu
 LARGE_CLUSTER_HOSTS = 64  # horovodrun's _LARGE_CLUSTER_THRESHOLD
 PLATFORM_KEY = "id_rsa"  # what Volcano's ssh plugin mounts, with id_rsa.pub and authorized_keys
+
+# run_mpi.sh's variables and the marun setting each stands for (docs/mpi.md).
+MY_SSHD_PORT, MY_MPI_SLOTS, MY_MPI_BTL_TCP_IF = "MY_SSHD_PORT", "MY_MPI_SLOTS", "MY_MPI_BTL_TCP_IF"
+_DEFAULT_SSHD_PORT = Settings().sshd_port
 
 # Variables whose value is this node's own: forwarding node 0's would overwrite every node's.
 NODE_LOCAL_VARS = frozenset({*TASK_INDEX_VARS, "MA_CURRENT_IP", "MA_CURRENT_HOST_IP", "HOSTNAME"})
@@ -211,6 +221,53 @@ def check_hosts(platform: Platform, hosts: Sequence[str]) -> tuple[str, ...]:
     return tuple(hosts)
 
 
+def platform_value(platform: Platform, name: str) -> str | None:
+    """A run_mpi.sh variable's value; None where unset or empty (run_mpi.sh skips those)."""
+    value = platform.env.get(name, "").strip()
+    return value or None
+
+
+def _disagree(name: str, raw: str, setting: str, value: object) -> InputError:
+    return InputError(
+        f"{name}={show_value(raw)} (the platform's run_mpi.sh variable) but {setting}="
+        f"{show_value(value)}: expected one of them, or the same value in both (set "
+        f"{setting}, MARUN_{setting.upper()}, alone)"
+    )
+
+
+def _sshd_port(platform: Platform) -> int:
+    port = check_port(platform.settings.sshd_port)
+    raw = platform_value(platform, MY_SSHD_PORT)
+    if raw is None:
+        return port
+    given = parse_port(MY_SSHD_PORT, raw)
+    if port not in (_DEFAULT_SSHD_PORT, given):
+        raise _disagree(MY_SSHD_PORT, raw, "sshd_port", port)
+    return given
+
+
+def _slots(platform: Platform) -> int:
+    raw = platform_value(platform, MY_MPI_SLOTS)
+    if raw is None:
+        return platform.devices_per_node()
+    given = parse_int(MY_MPI_SLOTS, raw, 1, MAX_PROCS_PER_NODE)
+    wanted = platform.settings.nproc_per_node
+    if wanted is not None and wanted != given:
+        raise _disagree(MY_MPI_SLOTS, raw, "nproc_per_node", wanted)
+    return given
+
+
+def configured_nic(platform: Platform) -> tuple[str | None, str]:
+    """(the configured interface or list, the name it came by): `nic`, else MY_MPI_BTL_TCP_IF."""
+    raw = platform_value(platform, MY_MPI_BTL_TCP_IF)
+    nic = platform.settings.nic
+    if raw is None or nic == raw:
+        return nic, "nic"
+    if nic:
+        raise _disagree(MY_MPI_BTL_TCP_IF, raw, "nic", nic)
+    return raw, MY_MPI_BTL_TCP_IF
+
+
 def read_layout(platform: Platform) -> MpiLayout:
     settings = platform.settings
     job = platform.job_name()
@@ -228,7 +285,7 @@ def read_layout(platform: Platform) -> MpiLayout:
     run_dir = os.path.normpath(os.path.join(base, job or "local"))
     mounted = os.path.join(ssh_dir, PLATFORM_KEY)
     platform_key = os.path.isfile(mounted)
-    port = check_port(settings.sshd_port)
+    port = _sshd_port(platform)
     watch_port = check_port(settings.mpi_watch_port, "mpi_watch_port")
     if watch_port == port:
         raise bad_value("mpi_watch_port", watch_port, f"a port other than sshd_port={port}")
@@ -238,7 +295,7 @@ def read_layout(platform: Platform) -> MpiLayout:
         user=user,
         port=port,
         hosts=check_hosts(platform, node_hosts(platform)),
-        slots=platform.devices_per_node(),
+        slots=_slots(platform),
         client_key=mounted if platform_key else os.path.join(run_dir, run_files.JOB_KEY),
         platform_key=platform_key,
         watch_port=watch_port,
@@ -327,7 +384,9 @@ def _never_forwarded(name: str) -> bool:
 
 def forwarded_names(platform: Platform) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(names forwarded with `-x NAME`, secret names a pattern matched but did not forward)."""
-    env = platform.env
+    # An empty variable is not forwarded (run_mpi.sh skips empty ones): `-x NAME` would set
+    # it, empty, on every node, over a value the rank's node may have of its own.
+    env = {name: value for name, value in platform.env.items() if value != ""}
     names: list[str] = []
     held: list[str] = []
     for entry in platform.settings.mpi_forward_env:
@@ -394,7 +453,11 @@ def mpirun_argv(
     hosts = len(layout.hosts)
     # Open MPI's interfaces: by network (CIDR) on several hosts, which holds on every node
     # whatever it calls its interface; by name on one host.
+    # A configured list (eth0,bond0) goes as given: Open MPI takes a list of names, and each
+    # node uses those it has.
     peers_net = (nic.network() or nic.name) if hosts > 1 else nic.name
+    if nic.listed:
+        peers_net = nic.ifname
     ours: list[tuple[str, tuple[str, ...]]] = [
         ("mca:plm_rsh_args", ("--mca", "plm_rsh_args", plm_rsh_args(ssh_options(layout)))),
     ]
@@ -419,7 +482,7 @@ def mpirun_argv(
     if platform.env.get(nccl):
         ours.append(("x:" + nccl, ("-x", nccl)))
     elif hosts == 1:
-        ours.append(("x:" + nccl, ("-x", f"{nccl}={nic.name}")))
+        ours.append(("x:" + nccl, ("-x", f"{nccl}={nic.local_ifname}")))
     # Several hosts: NCCL takes an interface name, not a network, and node 0's name need not be
     # the others' (eth0 here, ib0 there): each rank's NCCL picks its own node's interface.
     ours += [("x:" + name, ("-x", name)) for name in forward]
@@ -473,7 +536,13 @@ def _notes(
             f"mpirun ends, or with 1 when node 0 stops answering on port {layout.watch_port} for "
             f"peer_timeout={layout.peer_timeout:g}s"
         )
-        if nic is not None:
+        if nic is not None and nic.listed:
+            notes.append(
+                f"btl_tcp_if_include and oob_tcp_if_include name the configured interfaces "
+                f"{nic.ifname} (each node uses those it has); NCCL_SOCKET_IFNAME is left to "
+                "each node unless set"
+            )
+        elif nic is not None:
             net = nic.network()
             notes.append(
                 f"btl_tcp_if_include and oob_tcp_if_include name node 0's network {net} (the "
@@ -502,6 +571,15 @@ def _notes(
         )
     if layout.user is None:
         notes.append(f"uid {platform.uid} has no passwd entry: sshd cannot log it in")
+    honoured = {
+        MY_SSHD_PORT: f"sshd_port {layout.port}",
+        MY_MPI_SLOTS: f"{layout.slots} slot(s) per host",
+        MY_MPI_BTL_TCP_IF: "the interfaces for btl/oob_tcp_if_include",
+    }
+    for name, meaning in honoured.items():
+        value = platform_value(platform, name)
+        if value is not None:
+            notes.append(f"{name}={value} (run_mpi.sh's variable) taken as {meaning}")
     return tuple(notes)
 
 
@@ -543,6 +621,7 @@ def key_options(platform: Platform, layout: MpiLayout, node_0_here: bool) -> tup
 
 def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     layout = read_layout(platform)
+    configured, nic_setting = configured_nic(platform)  # checked on every node
     forward, held = forwarded_names(platform)
     extra_overrides(platform.settings.mpirun_extra_args)  # bad input fails on every node
     rsh_options = mpirun_ssh_options(platform.settings.mpirun_extra_args, ssh_options(layout))
@@ -552,7 +631,7 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     nic: Nic | None = None
     if 0 in indexes:
         current = platform.env.get("MA_CURRENT_IP")
-        nic = choose_nic(platform.settings.nic, hints=[current] if current else [])
+        nic = choose_nic(configured, hints=[current] if current else [], setting=nic_setting)
     python = platform.python
     hosts = len(layout.hosts)
 

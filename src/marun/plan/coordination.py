@@ -20,6 +20,13 @@ from marun.plan.launch_plan import LaunchPlan
 
 # Where the job's shared secret comes from, in order (the secret itself never enters the plan).
 TOKEN_VAR = "MARUN_JOB_TOKEN"
+HEARTBEAT = 1.0  # seconds between heartbeats, both ways (marun.job)
+MIN_PEER_TIMEOUT = 3 * HEARTBEAT  # a node is lost after this many missed heartbeats at least
+NO_SECRET_NOTE = (
+    "WARNING: no job secret (set MARUN_JOB_TOKEN, or mount Volcano's ssh key): anyone who can "
+    "reach node 0's job port from one of the job's hosts can stop the job with a forged "
+    "failure; messages are checked by job id and source address only"
+)
 
 
 @dataclass(frozen=True)
@@ -63,13 +70,7 @@ class Coordination:
             f"coordination: node {self.leader} at {self.host}:{self.port}, {self.nodes} nodes x "
             f"{self.slots} slot(s), this node {self.index} slot {self.slot}; arrival "
             f"{self.arrival_timeout:g}s, peer {self.peer_timeout:g}s, hang {hang}; auth "
-            f"{self.auth}"
-            + (
-                " (no job secret: MARUN_JOB_TOKEN or Volcano's ssh key; messages are checked "
-                "by job id and source address only)"
-                if self.auth == "none"
-                else ""
-            )
+            f"{self.auth}" + (f"\n{NO_SECRET_NOTE}" if self.auth == "none" else "")
         )
 
 
@@ -137,9 +138,9 @@ def _layout(mode: str, platform: Platform, plan: LaunchPlan) -> tuple[str, int, 
         # The containers in the plan's order (ps, chief, workers); the leader is the first that
         # is not a parameter server, which ends with the job rather than on its own.
         from marun.inputs.tf_hosts import split_address
-        from marun.plan.modes.tensorflow import FLAGS, _read_job, build_cluster
+        from marun.plan.modes.tensorflow import _read_job, build_cluster, has_cluster
 
-        if not any(flag in platform.appended for flag in FLAGS):
+        if not has_cluster(platform):  # appended flags, or TF_PS_HOSTS / TF_WORKER_HOSTS
             return platform.hostname, 1, 0, 1, 0
         _, _, ps, workers = _read_job(platform)
         if node.processes and node.processes[0].role == "evaluator":
@@ -151,12 +152,20 @@ def _layout(mode: str, platform: Platform, plan: LaunchPlan) -> tuple[str, int, 
     if mode == "mindspore":
         sched = node.processes[0].env.get("MS_SCHED_HOST", "") if node.processes else ""
         count = platform.num_hosts()
-        if platform.env.get("RANK_TABLE_FILE") and not platform.env.get("MA_NUM_HOSTS"):
-            from marun.inputs.ranktable import load_rank_table
+        if not platform.env.get("RANK_TABLE_FILE"):
+            return sched, count, 0, 1, 0
+        from marun.inputs.ranktable import load_platform_rank_table, plans_per_device
 
-            path = platform.env["RANK_TABLE_FILE"]
-            count = len(load_rank_table(path, platform.settings.ranktable_timeout).servers)
-        return sched, count, 0, 1, 0
+        table = load_platform_rank_table(platform, platform.env["RANK_TABLE_FILE"])
+        count = len(table.servers)
+        ranks = [p.rank for p in node.processes if p.role == "worker"]
+        if not plans_per_device(mode, platform) or not ranks:
+            return sched, count, 0, 1, 0
+        # One marun per device (the platform's once-per-device starts): each is a slot of its
+        # server, by its worker's place among the server's devices, as in ascend mode.
+        server = table.servers[node.index]
+        slot = next((i for i, d in enumerate(server.devices) if d.rank == ranks[0]), 0)
+        return sched, count, 0, len(server.devices), slot
     if mode == "ascend":
         import os
 
@@ -175,10 +184,37 @@ def _layout(mode: str, platform: Platform, plan: LaunchPlan) -> tuple[str, int, 
     return platform.hostname, 1, 0, 1, 0
 
 
+def job_id(
+    name: str | None,
+    mode: str,
+    leader: str,
+    port: int,
+    nodes: int,
+    slots: int,
+    hosts: tuple[str, ...],
+) -> str:
+    """The job's id, the same on every node of the job and unlike another job's on the same
+    network: the platform's job name (MA_VJ_NAME; `-` when unset) and a digest of everything
+    else every node knows alike: the mode, node 0's address and job port, the job's size and
+    its hosts. Two jobs that share all of these (no name, one init_method, hosts unknown) are
+    still told apart at run time: a node's marun that is already there keeps its place
+    (docs/supervision.md, "How jobs are told apart")."""
+    import hashlib
+    import json
+
+    what = [name or "", mode, leader, port, nodes, slots, list(hosts)]
+    digest = hashlib.sha256(json.dumps(what).encode()).hexdigest()[:12]
+    return f"{name or '-'}.{digest}"
+
+
 def coordination_for(mode: str, platform: Platform, plan: LaunchPlan) -> Coordination | None:
     """This node's coordination section, or None (MPI, one node, or a whole-job plan)."""
     if mode == "mpi" or len(plan.nodes) != 1 or platform.settings.job_port == 0:
         return None  # job_port 0: the user turned coordination off
+    from marun.inputs.ranktable import still_initializing
+
+    if platform.dry_run and still_initializing(platform):
+        return None  # the table gives the job's layout; a dry run does not wait for it
     host, nodes, leader, slots, slot = _layout(mode, platform, plan)
     if nodes <= 1:
         # One node, even with one marun per device (Ascend per device): the job is this node;
@@ -188,6 +224,13 @@ def coordination_for(mode: str, platform: Platform, plan: LaunchPlan) -> Coordin
     for name in ("arrival_timeout", "peer_timeout"):
         if getattr(settings, name) <= 0:
             raise bad_value(name, getattr(settings, name), "a number of seconds > 0")
+    if settings.peer_timeout < MIN_PEER_TIMEOUT:
+        raise bad_value(
+            "peer_timeout",
+            settings.peer_timeout,
+            f"a number of seconds >= {MIN_PEER_TIMEOUT:g} (a heartbeat goes every "
+            f"{HEARTBEAT:g}s; a node is lost after missing several)",
+        )
     if settings.hang_timeout is not None and settings.hang_timeout <= 0:
         raise bad_value("hang_timeout", settings.hang_timeout, "a number of seconds > 0")
     if not 1 <= settings.job_port <= 65535:
@@ -198,7 +241,17 @@ def coordination_for(mode: str, platform: Platform, plan: LaunchPlan) -> Coordin
         port=settings.job_port,
         nodes=nodes,
         index=plan.nodes[0].index,
-        job=platform.job_name() or "-",
+        # TensorFlow's ps and worker nodes are tasks of their own, with host lists of their own:
+        # not something every node knows alike.
+        job=job_id(
+            platform.job_name(),
+            mode,
+            host,
+            settings.job_port,
+            nodes,
+            slots,
+            () if mode == "tensorflow" else hosts,
+        ),
         hosts=hosts,
         leader=leader,
         slots=slots,

@@ -23,7 +23,15 @@ def py_spy() -> str | None:
     return str(beside) if beside.is_file() else None
 
 
-def dump_stacks(records: Sequence[Any], running: Mapping[int, Any], log_fds: Sequence[int]) -> str:
+def dump_stacks(
+    records: Sequence[Any],
+    running: Mapping[int, Any],
+    log_fds: Sequence[int],
+    *,
+    write: bool = True,
+) -> str:
+    """Every running rank's stacks; written into its log too unless `write` is False (the
+    watchdog's samples, compared to tell a spinning job from a working one)."""
     from marun._files import write_all
 
     tool = py_spy()
@@ -46,7 +54,8 @@ def dump_stacks(records: Sequence[Any], running: Mapping[int, Any], log_fds: Seq
             except (OSError, subprocess.TimeoutExpired) as exc:
                 text = f"py-spy dump failed: {exc}"
         block = f"[marun] hang: stacks of {rec.spec.name} (pid {pid}):\n{text}\n"
-        with contextlib.suppress(OSError, ValueError):
-            write_all(log_fds[list(records).index(rec)], block.encode())
+        if write:
+            with contextlib.suppress(OSError, ValueError):
+                write_all(log_fds[list(records).index(rec)], block.encode())
         parts.append(f"{rec.spec.name} (rank {rec.spec.rank}, pid {pid}):\n{text}\n")
     return "".join(parts) or "(no running process)\n"

@@ -263,7 +263,11 @@ class Supervisor:
             elif event.kind == "dump" and self._phase is Phase.RUNNING and self._link is not None:
                 from marun.runtime.stacks import dump_stacks
 
-                self._link.report_stacks(dump_stacks(self._records, self._running, self._log_fds))
+                # code 1: the watchdog's sample (to compare with another): not written to logs
+                sample = event.code == 1
+                self._link.report_stacks(
+                    dump_stacks(self._records, self._running, self._log_fds, write=not sample)
+                )
             elif event.kind == "stop" and self._job_stop is None:
                 # Kept even when this node is already stopping: the job's first failure is
                 # printed at the end whichever node it was on.
@@ -516,11 +520,28 @@ class Supervisor:
                     self.job.exit_code = exit_code_for(signum)
                 self.job.signal = signum
                 self._begin_stop(f"received {signal_name(signum)}", signum)
+                self._signal_to_job(signum)
             elif signum in STOP:
                 self._signal_everything(signum)
             else:
                 for pid in list(self._running):
                     signal_group(pid, signum)
+
+    def _signal_to_job(self, signum: int) -> None:
+        """A stop signal to this node's marun (the platform deleting its pod, a user's ^C) is a
+        failure of the whole job, mid-run or while the nodes gather: node 0 stops every node
+        with 128+N (docs/supervision.md, "Signals")."""
+        if self._link is None:
+            return
+        name = signal_name(signum)
+        self._link.report_failure(
+            {
+                "exit_code": exit_code_for(signum),
+                "signal": name,
+                "why": f"node {self._node.index} ({self._node.host}) stopped by {name}"
+                + (" before the start" if self._arriving else ""),
+            }
+        )
 
     def _begin_stop(self, reason: str, signum: int) -> None:
         if self._phase is not Phase.RUNNING:

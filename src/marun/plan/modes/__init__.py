@@ -31,28 +31,38 @@ MODES = tuple(PLANNERS)
 
 def detect_mode(platform: Platform) -> str:
     """`auto`: a rank table means ascend, an appended --init_method pytorch, appended
-    --ps_hosts/--worker_hosts tensorflow; anything else must be named."""
+    --ps_hosts/--worker_hosts (or TF_WORKER_HOSTS/TF_PS_HOSTS) tensorflow; anything else must be
+    named."""
     if platform.env.get("RANK_TABLE_FILE"):
         return "ascend"
     if "init_method" in platform.appended:
         return "pytorch"
     if "ps_hosts" in platform.appended or "worker_hosts" in platform.appended:
         return "tensorflow"
+    if (
+        platform.env.get("TF_WORKER_HOSTS", "").strip()
+        or platform.env.get("TF_PS_HOSTS", "").strip()
+    ):
+        return "tensorflow"  # the variables the platform makes the appended lists from
     raise InputError(
         "--mode auto: found no RANK_TABLE_FILE, no appended --init_method and no appended "
-        "--ps_hosts/--worker_hosts; expected --mode one of " + ", ".join(MODES)
+        "--ps_hosts/--worker_hosts nor TF_WORKER_HOSTS; expected --mode one of " + ", ".join(MODES)
     )
 
 
 def _other_device_start(mode: str, platform: Platform, all_nodes: bool) -> LaunchPlan | None:
     """Ascend's platform runs the start file once per device, each run with its own
-    ASCEND_DEVICE_ID. The modes that start a whole node's processes from one run (mindspore, and
-    ascend with --per-node) would start them once per device: 8 schedulers on one port, N x N
-    workers. As the platform's documentation advises for such start files, only device 0's run
-    plans the node; the others' plan is empty (marun exits 0 at once)."""
+    ASCEND_DEVICE_ID. The modes that start a whole node's processes from one run (mindspore from
+    the node variables, and either mode with --per-node) would start them once per device: 8
+    schedulers on one port, N x N workers. As the platform's documentation advises for such start
+    files, only device 0's run plans the node; the others' plan is empty (marun exits 0 at once).
+    A start that plans its own rank (`plans_per_device`) is planned as it is: every device's
+    start then starts that device's worker, so each worker starts exactly once."""
     if mode not in ("mindspore", "ascend") or all_nodes:
         return None
-    if mode == "ascend" and not platform.settings.per_node:
+    from marun.inputs.ranktable import plans_per_device
+
+    if plans_per_device(mode, platform):
         return None
     raw = platform.env.get("ASCEND_DEVICE_ID", "")
     if not raw.strip():

@@ -31,13 +31,16 @@ from marun.inputs.injected import Platform
 from marun.inputs.ranktable import (
     Device,
     RankTable,
+    RankTableNotReady,
     Server,
+    layout_notes,
     load_platform_rank_table,
+    plans_per_device,
     rank_id_from_env,
     this_server_index,
 )
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
-from marun.plan.modes.common import script_argv, socket_ifname_env
+from marun.plan.modes.common import pending_table_plan, script_argv, socket_ifname_env
 
 MODE = "ascend"
 HCCL_CONNECT_TIMEOUT = "1800"  # davincirun's; HCCL's 120 s default can expire while ranks compile
@@ -105,9 +108,19 @@ def _process(
 
 def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     argv = script_argv(platform)  # before the wait on the table: a missing script fails at once
-    table = load_platform_rank_table(platform, _table_path(platform))
+    per_device = plans_per_device(MODE, platform)
+    raw_table = _table_path(platform)
+    try:
+        table = load_platform_rank_table(platform, raw_table)
+    except RankTableNotReady:  # a dry run: marun plan never waits
+        rank = platform.env.get("RANK_ID", "").strip()
+        then = (
+            f"rank {rank}'s process on its device"
+            if per_device and rank and not all_nodes
+            else "one process per device"
+        )
+        return pending_table_plan(MODE, platform, raw_table, then)
     own_rank = rank_id_from_env(platform, table)
-    per_device = not platform.settings.per_node
     notes: list[str] = []
 
     if all_nodes:
@@ -179,4 +192,5 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
                     "A script choosing its device (set_context(device_id=...), "
                     "torch.npu.set_device) takes ASCEND_DEVICE_ID"
                 )
+    notes.extend(layout_notes(table))
     return LaunchPlan(mode=MODE, nodes=tuple(nodes), notes=tuple(notes))

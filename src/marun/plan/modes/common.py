@@ -7,7 +7,7 @@ import os
 
 from marun.inputs.injected import Platform, resolve_command
 from marun.inputs.nic import Nic
-from marun.plan.launch_plan import Supervision
+from marun.plan.launch_plan import LaunchPlan, NodePlan, Supervision
 
 
 def script_argv(platform: Platform) -> tuple[str, ...]:
@@ -35,7 +35,9 @@ def socket_ifname_env(platform: Platform, nic: Nic, names: tuple[str, ...]) -> d
     where it would have found the right one by itself."""
     if nic.guessed:
         return {}
-    return {name: nic.name for name in names if not platform.env.get(name)}
+    # NCCL, Gloo and HCCL each take a comma-separated list: a configured list goes as this
+    # node's interfaces of it.
+    return {name: nic.local_ifname for name in names if not platform.env.get(name)}
 
 
 def supervision(platform: Platform, always_supervise: bool = False) -> Supervision:
@@ -50,3 +52,19 @@ def supervision(platform: Platform, always_supervise: bool = False) -> Supervisi
         record_dir=log_dir(platform),
         always_supervise=always_supervise,
     )
+
+
+def pending_table_plan(mode: str, platform: Platform, raw_table: str, then: str) -> LaunchPlan:
+    """A dry run's plan while the rank table is still `initializing`: this node, no process
+    (which device each rank drives, and where, is the table's to say), and a note that `marun
+    run` would wait for the table and plan `then` from it. `marun plan` never waits."""
+    from marun.errors import InputError
+    from marun.inputs.ranktable import pending_note
+
+    try:
+        given = platform.given_task_index()
+    except InputError:
+        given = None  # a wrong index is the table's to refuse, once it is there
+    index = given[1] if given is not None else 0
+    note = pending_note(platform, raw_table, then)
+    return LaunchPlan(mode=mode, nodes=(NodePlan(index, platform.hostname),), notes=(note,))

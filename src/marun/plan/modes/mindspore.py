@@ -67,7 +67,8 @@ from marun.inputs.injected import Platform
 from marun.inputs.nic import Nic, choose_nic
 from marun.inputs.numbers import MAX_SECONDS, PORT_MAX, parse_int, parse_port
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
-from marun.plan.modes.common import log_dir, script_argv, socket_ifname_env
+from marun.plan.modes.common import log_dir, pending_table_plan, script_argv, socket_ifname_env
+from marun.plan.modes.mindspore_notes import hccl_cm_init_notes, recovery_notes
 from marun.plan.modes.mindspore_ps import server_num, with_servers
 from marun.plan.modes.mindspore_tls import plan_tls, with_tls
 
@@ -107,6 +108,7 @@ class _Layout:
     sched_host: str
     worker_num: int
     notes: tuple[str, ...] = ()
+    node_count: int = 1  # nodes in the whole job
 
 
 # -- MindSpore's own variables, as the environment gives them -----------------------------------
@@ -263,7 +265,7 @@ def _from_node_variables(platform: Platform, all_nodes: bool, override: str | No
         )
         for n in planned
     )
-    return _Layout(nodes, index, nic, sched_host, count * local, notes)
+    return _Layout(nodes, index, nic, sched_host, count * local, notes, count)
 
 
 # -- the layout from an Ascend rank table --------------------------------------------------------
@@ -281,13 +283,19 @@ def _server_address(server: Server) -> str | None:
 def _from_rank_table(
     platform: Platform, all_nodes: bool, override: str | None, raw_path: str
 ) -> _Layout:
-    from marun.inputs.ranktable import load_platform_rank_table, rank_id_from_env, this_server_index
+    from marun.inputs.ranktable import (
+        layout_notes,
+        load_platform_rank_table,
+        plans_per_device,
+        rank_id_from_env,
+        this_server_index,
+    )
 
     table = load_platform_rank_table(platform, raw_path)
     servers = table.servers
     own_rank = rank_id_from_env(platform, table)
-    per_device = own_rank is not None and not platform.settings.per_node
-    notes: list[str] = []
+    per_device = plans_per_device(MODE, platform)
+    notes: list[str] = layout_notes(table)
     this_index: int | None
     try:
         this_index = this_server_index(platform, table)
@@ -357,7 +365,9 @@ def _from_rank_table(
                 scheduler=scheduler,
             )
         )
-    return _Layout(tuple(nodes), this_index, nic, sched_host, table.rank_size, tuple(notes))
+    return _Layout(
+        tuple(nodes), this_index, nic, sched_host, table.rank_size, tuple(notes), len(servers)
+    )
 
 
 # -- processes -----------------------------------------------------------------------------------
@@ -437,7 +447,17 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     override = _sched_host_override(platform)
     rank_table = _given(platform, "RANK_TABLE_FILE")
     if rank_table is not None:
-        layout = _from_rank_table(platform, all_nodes, override, rank_table)
+        from marun.inputs.ranktable import RankTableNotReady, plans_per_device
+
+        try:
+            layout = _from_rank_table(platform, all_nodes, override, rank_table)
+        except RankTableNotReady:  # a dry run: marun plan never waits
+            then = "the scheduler and one worker per device"
+            if plans_per_device(MODE, platform) and not all_nodes:
+                then = (
+                    f"rank {platform.env['RANK_ID'].strip()}'s worker (on rank 0 the scheduler too)"
+                )
+            return pending_table_plan(MODE, platform, rank_table, then)
     else:
         layout = _from_node_variables(platform, all_nodes, override)
     nodes = tuple(
@@ -451,7 +471,11 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
         )
         for node in layout.nodes
     )
-    notes = inherited + layout.notes + (tls.notes if tls is not None else ())
+    cpu_only = rank_table is None and platform.env.get("MA_NUM_GPUS", "").strip() == "0"
+    framework = hccl_cm_init_notes(platform) + recovery_notes(
+        platform, dict(cluster.recovery), layout.node_count, cpu_only
+    )
+    notes = inherited + layout.notes + framework + (tls.notes if tls is not None else ())
     return LaunchPlan(mode=MODE, nodes=nodes, notes=notes)
 
 

@@ -43,6 +43,20 @@ CONFIG_VAR = "MARUN_MS_TLS_CONFIG"
 CLIENT_PASSWORD_VAR = "MARUN_MS_CLIENT_PASSWORD"
 SERVER_PASSWORD_VAR = "MARUN_MS_SERVER_PASSWORD"
 CONFIG_NAME = "mindspore_tls.json"
+# The suites MindSpore's secure channel accepts (its `kCiphers`): `init()` splits cipher_list at
+# ':' and fails with "The cipher is wrong" on any entry not named exactly so (DHE suites,
+# OpenSSL keywords such as `!aNULL`, a typo such as `ECDHE-R SA-...`).
+MS_CIPHERS = (
+    "ECDHE-RSA-AES128-GCM-SHA256",
+    "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "ECDHE-RSA-AES256-GCM-SHA384",
+    "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "ECDHE-RSA-CHACHA20-POLY1305",
+    "ECDHE-PSK-CHACHA20-POLY1305",
+    "ECDHE-ECDSA-AES128-CCM",
+    "ECDHE-ECDSA-AES256-CCM",
+    "ECDHE-ECDSA-CHACHA20-POLY1305",
+)
 OPENSSL_TIMEOUT = 10.0  # seconds per openssl call: a local file read, never a network wait
 DAY = 86400.0
 
@@ -201,6 +215,20 @@ def _expiry_notes(
     return tuple(notes)
 
 
+def cipher_notes(cipher_list: str) -> tuple[str, ...]:
+    """A note naming the entries of `cipher_list` MindSpore refuses, or ()."""
+    refused = [entry for entry in cipher_list.split(":") if entry not in MS_CIPHERS]
+    if not refused:
+        return ()
+    shown = ", ".join(repr(entry) for entry in refused[:4])
+    more = f" and {len(refused) - 4} more" if len(refused) > 4 else ""
+    return (
+        f"ms_cipher_list: MindSpore refuses {shown}{more} (init() fails with 'The cipher is "
+        "wrong' on any suite it does not list, DHE ones included); it takes, colon-separated: "
+        + ":".join(MS_CIPHERS),
+    )
+
+
 def config_path(platform: Platform) -> str:
     base = platform.settings.run_dir or default_run_dir(platform.env)
     return os.path.join(platform.cwd, base, CONFIG_NAME)
@@ -259,7 +287,7 @@ def plan_tls(platform: Platform, now: float | None = None) -> Tls | None:
     path = config_path(platform)
     spec = FileSpec(path=path, content=json.dumps(config, indent=2) + "\n", mode=0o600)
     env = {CONFIG_VAR: path, CLIENT_PASSWORD_VAR: client_pw, SERVER_PASSWORD_VAR: server_pw}
-    return Tls(file=spec, env=env, notes=open_files + notes)
+    return Tls(file=spec, env=env, notes=open_files + cipher_notes(s.ms_cipher_list) + notes)
 
 
 def with_tls(node: NodePlan, tls: Tls | None) -> NodePlan:

@@ -6,6 +6,10 @@ the four flags to each (docs/platform-contract.md); this container gets one proc
 `TF_CONFIG={"cluster": {...}, "task": {"type": J, "index": I}}`. On one node it appends nothing:
 one process, no TF_CONFIG (name `--mode tensorflow` then; auto mode cannot tell).
 
+The platform makes the lists from `TF_PS_HOSTS` and `TF_WORKER_HOSTS`, which it sets too: where
+no list is appended, marun reads them (the task then comes from MA_TASK_NAME and the platform's
+task index); where both are there, they must agree.
+
 Decisions:
 - `--ps_hosts` may be absent: a worker-only cluster (MultiWorkerMirroredStrategy's shape), whose
   TF_CONFIG has no "ps" job; `--task_index`, `--worker_hosts` and `--job_name` must always come.
@@ -26,10 +30,10 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from marun.errors import InputError, bad_value
+from marun.errors import InputError, bad_value, show_value
 from marun.inputs.injected import Platform
 from marun.inputs.numbers import MAX_NODES, parse_int
-from marun.inputs.tf_hosts import parse_host_list, split_address
+from marun.inputs.tf_hosts import HOSTS_VARS, parse_host_list, split_address
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
 from marun.plan.modes.common import log_dir, script_argv
 
@@ -44,8 +48,42 @@ class Task:
     address: str | None  # HOST:PORT in the cluster; None for an evaluator
 
 
+def _env_hosts(platform: Platform, flag: str) -> str | None:
+    value = platform.env.get(HOSTS_VARS[flag], "")
+    return value if value.strip() else None
+
+
+def has_cluster(platform: Platform) -> bool:
+    """Whether the platform described a TensorFlow cluster: appended flags, or TF_PS_HOSTS /
+    TF_WORKER_HOSTS (auto mode and the coordination ask this too)."""
+    return any(flag in platform.appended for flag in FLAGS) or any(
+        _env_hosts(platform, flag) is not None for flag in HOSTS_VARS
+    )
+
+
+def _hosts(platform: Platform, flag: str) -> tuple[str | None, str]:
+    """(the raw list, where it came from) for `flag`: the appended list, cross-checked with
+    the platform's variable where both are there, else the variable; (None, flag) if neither."""
+    appended = platform.appended.get(flag)
+    var = HOSTS_VARS[flag]
+    from_env = _env_hosts(platform, flag)
+    if appended is None:
+        return (from_env, var) if from_env is not None else (None, f"--{flag}")
+    if from_env is not None and parse_host_list(var, from_env) != parse_host_list(
+        f"--{flag}", appended
+    ):
+        raise InputError(
+            f"--{flag}={show_value(appended)} but {var}={show_value(from_env)}: expected the "
+            f"same list (the platform appends --{flag} from {var})"
+        )
+    return appended, f"--{flag}"
+
+
 def _require(platform: Platform, name: str) -> str:
     value = platform.appended.get(name)
+    if value is None and not any(flag in platform.appended for flag in FLAGS):
+        # Hosts from TF_PS_HOSTS / TF_WORKER_HOSTS: the task from the platform's variables.
+        value = _task_from_env(platform, name)
     if value is None:
         given = " ".join(f"--{f}" for f in FLAGS if f in platform.appended)
         raise InputError(
@@ -53,6 +91,27 @@ def _require(platform: Platform, name: str) -> str:
             "--worker_hosts and --job_name together, and --ps_hosts for a parameter-server job"
         )
     return value
+
+
+def _task_from_env(platform: Platform, name: str) -> str | None:
+    if name == "job_name":
+        task = platform.env.get("MA_TASK_NAME", "").strip()
+        if not task:
+            raise InputError(
+                "TF_WORKER_HOSTS/TF_PS_HOSTS give the cluster but MA_TASK_NAME is not set and no "
+                "--job_name was appended: expected this container's task (ps or worker)"
+            )
+        return task
+    if name == "task_index":
+        given = platform.given_task_index()
+        if given is None:
+            raise InputError(
+                "TF_WORKER_HOSTS/TF_PS_HOSTS give the cluster but none of MA_TASK_INDEX, "
+                "VC_TASK_INDEX, VK_TASK_INDEX is set and no --task_index was appended: expected "
+                "this container's index"
+            )
+        return str(given[1])
+    return None
 
 
 def build_cluster(ps: Sequence[str], workers: Sequence[str], chief: bool) -> dict[str, list[str]]:
@@ -84,9 +143,14 @@ def tf_config(cluster: Mapping[str, Sequence[str]], task_type: str, index: int) 
 def _read_job(platform: Platform) -> tuple[str, int, tuple[str, ...], tuple[str, ...]]:
     """Validated (job_name, task_index, ps hosts, worker hosts) from the appended flags."""
     raw_index = _require(platform, "task_index")
-    raw_workers = _require(platform, "worker_hosts")
     job = _require(platform, "job_name")
-    raw_ps = platform.appended.get("ps_hosts")
+    raw_workers, workers_from = _hosts(platform, "worker_hosts")
+    raw_ps, ps_from = _hosts(platform, "ps_hosts")
+    if raw_workers is None:
+        raise InputError(
+            "--worker_hosts: not appended and TF_WORKER_HOSTS not set: expected the workers' "
+            "HOST:PORT list (--task_index, --worker_hosts and --job_name come together)"
+        )
 
     if job not in JOB_NAMES:
         raise bad_value("--job_name", job, "one of " + ", ".join(JOB_NAMES))
@@ -104,10 +168,10 @@ def _read_job(platform: Platform) -> tuple[str, int, tuple[str, ...], tuple[str,
             "same index (the platform appends --task_index from its task index)"
         )
 
-    workers = parse_host_list("--worker_hosts", raw_workers)
-    ps = parse_host_list("--ps_hosts", raw_ps) if raw_ps is not None else ()
+    workers = parse_host_list(workers_from, raw_workers)
+    ps = parse_host_list(ps_from, raw_ps) if raw_ps is not None else ()
     seen: set[str] = set()
-    for flag, raw, hosts in (("--ps_hosts", raw_ps, ps), ("--worker_hosts", raw_workers, workers)):
+    for flag, raw, hosts in ((ps_from, raw_ps, ps), (workers_from, raw_workers, workers)):
         for address in hosts:
             if address in seen:
                 raise bad_value(
@@ -119,8 +183,8 @@ def _read_job(platform: Platform) -> tuple[str, int, tuple[str, ...], tuple[str,
     sizes = {"ps": len(ps), "worker": len(workers)}
     if job == "ps" and raw_ps is None:
         raise InputError(
-            "--job_name='ps' but no --ps_hosts was appended: expected the parameter servers' "
-            "HOST:PORT list"
+            "--job_name='ps' but no --ps_hosts was appended and TF_PS_HOSTS is not set: "
+            "expected the parameter servers' HOST:PORT list"
         )
     if job == "chief" and not chief:
         raise bad_value(
@@ -135,7 +199,8 @@ def _read_job(platform: Platform) -> tuple[str, int, tuple[str, ...], tuple[str,
         raise bad_value(
             "--task_index",
             raw_index,
-            f"an index below {sizes[job]}, the number of entries in --{job}_hosts",
+            f"an index below {sizes[job]}, the number of entries in "
+            f"{ps_from if job == 'ps' else workers_from}",
         )
     return job, index, ps, workers
 
@@ -155,8 +220,20 @@ def _process(
     )
 
 
+def placement_notes(ps: Sequence[str], workers: Sequence[str]) -> tuple[str, ...]:
+    """The platform places one ps and one worker container on each node; other counts are
+    possible (a cluster given by hand) but are not what it starts: say so."""
+    if not ps or len(ps) == len(workers):
+        return ()
+    return (
+        f"{len(ps)} ps and {len(workers)} worker(s): the platform starts one ps and one worker "
+        "container on each node (1:1), so these lists are not the platform's placement; each "
+        "container still gets its own task",
+    )
+
+
 def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
-    if not any(flag in platform.appended for flag in FLAGS):
+    if not has_cluster(platform):
         if platform.num_hosts() > 1:
             raise InputError(
                 f"MA_NUM_HOSTS={platform.env['MA_NUM_HOSTS']!r} but the platform appended none of "
@@ -192,10 +269,12 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
             host = (split_address(task.address) or (task.address, 0))[0]
         return NodePlan(n, host, processes=(_process(platform, argv, task.type, task.index, env),))
 
+    placement = placement_notes(ps, workers)
     if not all_nodes:
-        return LaunchPlan("tensorflow", (node_plan(position, tasks[position]),))
+        return LaunchPlan("tensorflow", (node_plan(position, tasks[position]),), placement)
     notes = (
         "each node here is one container running one task (on several machines the "
         "platform starts one ps and one worker container on each)",
+        *placement,
     )
     return LaunchPlan("tensorflow", tuple(node_plan(n, t) for n, t in enumerate(tasks)), notes)

@@ -1,0 +1,247 @@
+"""The platform's ordinary events to a node's marun, on a job of real `marun run` processes
+(loopback_job.py): a pod deleted (SIGTERM), a user's ^C (SIGINT), a pod recreated (SIGKILL, then
+the same marun started again). Each is a failure of the whole job, named on every node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from loopback_job import LoopbackJob
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Iterator[LoopbackJob]:
+    made = LoopbackJob(tmp_path)
+    yield made
+    made.kill_all()
+
+
+def ranks_up(job: LoopbackJob) -> None:
+    for i in range(job.n):
+        job.wait_for(i, rf"rank {2 * i + 1} up")
+
+
+@pytest.mark.parametrize(
+    ("node", "signum"), [(1, signal.SIGTERM), (0, signal.SIGINT)], ids=["sigterm-1", "sigint-0"]
+)
+def test_a_signal_to_one_node_s_marun_mid_run_stops_the_job(
+    job: LoopbackJob, node: int, signum: int
+) -> None:
+    job.start([0, 1, 2])
+    ranks_up(job)
+    signalled = time.monotonic()
+    job.signal(node, signum)
+    codes = job.finish()
+    took = time.monotonic() - signalled
+    print(f"{signal.Signals(signum).name} to node {node}: every node ended within {took:.2f}s")
+    code = 128 + signum
+    # The signalled node exits 128+N, and so does every other: the job's status.
+    assert codes == {0: code, 1: code, 2: code}, job.report()
+    name = signal.Signals(signum).name
+    for i in range(3):
+        out = job.nodes[i].output
+        assert re.search(rf"Job's first failure: node {node} \(\S+\) stopped by {name}", out), (
+            job.report()
+        )
+        assert "rank" in out and "done" not in out.split("Job's first failure")[0]
+    report = json.loads(job.job_json())
+    assert report["exit_code"] == code
+    assert f"stopped by {name}" in report["first_failure"]["why"]
+
+
+def test_sigterm_while_the_nodes_gather_stops_the_start(job: LoopbackJob) -> None:
+    job.start([0, 1])
+    job.wait_for(0, r"2/3 nodes up")
+    job.signal(1, signal.SIGTERM)
+    job.wait_for(0, r"stopped by SIGTERM")
+    # Node 2 arrives after node 1 left: the barrier must not open. (Node 0, its job over, may
+    # be gone by then: node 2 then gives up on it, after its own short time-outs.)
+    job.start([2], env={"MARUN_ARRIVAL_TIMEOUT": "4", "MARUN_PEER_TIMEOUT": "3"})
+    codes = job.finish()
+    assert codes[0] == codes[1] == 143 and codes[2] in (1, 143), job.report()
+    for i in range(3):
+        out = job.nodes[i].output
+        assert " up" not in out.replace("nodes up", ""), job.report()  # no rank started
+    for i in range(2):
+        out = job.nodes[i].output
+        assert re.search(r"node 1 \(\S+\) stopped by SIGTERM before the start", out), job.report()
+
+
+def test_a_node_that_comes_back_after_the_start_fails_the_job(job: LoopbackJob) -> None:
+    job.start([0, 1, 2])
+    ranks_up(job)
+    os.killpg(job.nodes[1].proc.pid, signal.SIGKILL)  # the pod is deleted hard ...
+    job.nodes[1].proc.wait()
+    job.start([1])  # ... and recreated with the same arguments
+    codes = job.finish()
+    assert codes == {0: 1, 1: 1, 2: 1}, job.report()
+    for i in range(3):
+        assert "node 1 came back after the start: its earlier marun was lost" in (
+            job.nodes[i].output
+        ), job.report()
+    assert "rank 3 up" not in job.nodes[1].output  # the new node 1 started nothing
+    report = json.loads(job.job_json())
+    assert "came back" in report["first_failure"]["why"]
+
+
+def test_node_0_that_comes_back_after_the_start_fails_the_job(job: LoopbackJob) -> None:
+    job.start([0, 1, 2])
+    ranks_up(job)
+    os.killpg(job.nodes[0].proc.pid, signal.SIGKILL)
+    job.nodes[0].proc.wait()
+    job.start([0])
+    codes = job.finish()
+    assert codes == {0: 1, 1: 1, 2: 1}, job.report()
+    for i in range(3):
+        assert "node 0 came back after the start: its earlier marun was lost" in (
+            job.nodes[i].output
+        ), job.report()
+    assert "rank 1 up" not in job.nodes[0].output
+
+
+def test_a_token_that_is_not_utf8_is_used_as_its_bytes(tmp_path: Path) -> None:
+    """MARUN_JOB_TOKEN=$'\\xff': a secret all the same (Python holds it as a lone surrogate);
+    the job runs, signed with it."""
+    job = LoopbackJob(tmp_path, env={"MARUN_JOB_TOKEN": "tok\udcff", "RUN_FOR": "1"})
+    try:
+        job.start([0, 1, 2])
+        assert job.finish() == {0: 0, 1: 0, 2: 0}, job.report()
+        assert "Traceback" not in job.report()
+    finally:
+        job.kill_all()
+
+
+def test_nodes_lost_while_node_0_was_frozen_end_when_they_gave_up(tmp_path: Path) -> None:
+    """Node 0's marun frozen (SIGSTOP): the others give up on it after peer_timeout and leave.
+    Thawed, node 0 blames itself, and job.json gives their end as when they gave up on it, not
+    when node 0 noticed."""
+    job = LoopbackJob(tmp_path, env={"MARUN_PEER_TIMEOUT": "3"})
+    try:
+        job.start([0, 1, 2])
+        ranks_up(job)
+        job.signal(0, signal.SIGSTOP)
+        for i in (1, 2):
+            job.nodes[i].proc.wait(60)
+        thawed = time.time()
+        job.signal(0, signal.SIGCONT)
+        job.finish()
+        report = json.loads(job.job_json())
+        from datetime import datetime
+
+        for node in report["nodes"][1:]:
+            slot = node["slots"][0]
+            assert slot["ended"] is not None, report
+            ended = datetime.fromisoformat(slot["ended"]).timestamp()
+            assert ended < thawed, (slot, thawed)
+        assert report["first_failure"]["node"] == 0, report  # node 0 is the one that was frozen
+        assert "did not run for" in report["first_failure"]["why"]
+    finally:
+        job.kill_all()
+
+
+BUSY_QUIET = """\
+import os, time
+rank = int(os.environ["RANK"])
+print(f"rank {rank} up", flush=True)
+end = time.monotonic() + float(os.environ["RUN_FOR"])
+x = 0
+while time.monotonic() < end:  # train_step: busy, prints nothing
+    x += 1
+print(f"rank {rank} done", flush=True)
+"""
+
+ASLEEP = """\
+import os, time
+rank = int(os.environ["RANK"])
+print(f"rank {rank} up", flush=True)
+time.sleep(600)  # blocked, as in a collective whose peer is gone
+"""
+
+
+def test_the_hang_watchdog_leaves_a_busy_quiet_job_alone(tmp_path: Path) -> None:
+    """Silent for three times the hang timeout, but using CPU: not hung (the issue's false
+    alarm); the job ends 0 on its own."""
+    job = LoopbackJob(tmp_path, nodes=2, env={"RUN_FOR": "12"})
+    job.options = ["--hang-timeout", "4"]
+    try:
+        job.start([0, 1], BUSY_QUIET)
+        assert job.finish() == {0: 0, 1: 0}, job.report()
+        out = job.nodes[0].output
+        assert "job_quiet_but_busy" in out, job.report()
+        assert "rank 1 done" in out
+    finally:
+        job.kill_all()
+
+
+@pytest.mark.e2e
+def test_with_py_spy_a_busy_quiet_job_is_left_alone_too(tmp_path: Path) -> None:
+    """With stacks to compare (py-spy, in the torch venv): a silent loop samples the same line
+    twice, but its thread is on CPU: working, not stuck."""
+    from conftest import REPO
+
+    python = REPO / ".cache" / "venvs" / "torch" / "bin" / "python"
+    if not (python.parent / "py-spy").is_file():
+        pytest.skip("no py-spy beside the torch venv's python: run scripts/frameworks.sh torch")
+    job = LoopbackJob(tmp_path, nodes=2, env={"RUN_FOR": "16"}, python=str(python))
+    job.options = ["--hang-timeout", "4"]
+    try:
+        job.start([0, 1], BUSY_QUIET)
+        assert job.finish() == {0: 0, 1: 0}, job.report()
+        assert "job_quiet_but_busy" in job.nodes[0].output, job.report()
+    finally:
+        job.kill_all()
+
+
+def test_the_hang_watchdog_stops_a_silent_idle_job_saying_why(tmp_path: Path) -> None:
+    job = LoopbackJob(tmp_path, nodes=2)
+    job.options = ["--hang-timeout", "4"]
+    try:
+        job.start([0, 1], ASLEEP)
+        assert job.finish() == {0: 124, 1: 124}, job.report()
+        for i in range(2):
+            assert re.search(
+                r"no rank of the job wrote a line for 4s, and its ranks used [0-9.]+s of CPU in "
+                r"that time: nothing runs",
+                job.nodes[i].output,
+            ), job.report()
+    finally:
+        job.kill_all()
+
+
+@pytest.mark.parametrize("hosts", ["127.0.0.1,127.0.0.2,127.0.0.3", None], ids=["ids", "same-id"])
+def test_another_job_on_the_same_port_is_refused_and_job_a_goes_on(
+    tmp_path: Path, hosts: str | None
+) -> None:
+    """Job B (no MA_VJ_NAME, the same init_method and job port, the same token) starts nodes 1
+    and 2 while job A runs. With other hosts its job id differs: refused at the hello by id.
+    With nothing to tell them apart, node 1's and 2's places are held by job A's talking marun:
+    turned away. Either way one line on each side, and job A ends 0."""
+    a = LoopbackJob(tmp_path / "a", env={"RUN_FOR": "8"})
+    b = LoopbackJob(tmp_path / "b", env={"MARUN_ARRIVAL_TIMEOUT": "4", "MARUN_PEER_TIMEOUT": "3"})
+    b.port, b.master = a.port, a.master
+    if hosts:
+        b.extra["VC_WORKER_HOSTS"] = hosts
+    try:
+        a.start([0, 1, 2])
+        ranks_up(a)
+        b.start([1, 2])
+        codes_b = b.finish()
+        assert a.finish() == {0: 0, 1: 0, 2: 0}, a.report() + b.report()
+        assert codes_b == {1: 1, 2: 1}, b.report()
+        why = "another job's marun" if hosts else "is here already"
+        assert why in a.nodes[0].output, a.report()
+        for i in (1, 2):
+            out = b.nodes[i].output
+            assert out.count("job_refused") == 1 and why in out, b.report()
+            assert " up" not in out.replace("nodes up", "")
+    finally:
+        a.kill_all()
+        b.kill_all()
