@@ -1,11 +1,12 @@
 """Every command the documentation gives runs as written, from the repository's root, on this
 machine: each logical line of every ```bash block of README.md, docs/**/*.md, docker/README.md,
-entrypoints/README.md and bench/README.md, and each command in the examples' docstrings (an
-indented line starting with `marun ` or `.cache/venvs/`). `marun` is the one `pip install .`
-gives: this tree's, installed into the interpreter running the tests (scripts/bootstrap.sh's
-.venv, `pip install -e .`). Commands through a framework's venv (`.cache/venvs/<name>/bin/marun`)
-need it made first (`bash scripts/frameworks.sh <name>`, which scripts/test.sh runs before this
-lane). Logs go to a temporary directory (MARUN_LOG_DIR), not into the tree.
+entrypoints/README.md, bench/README.md and examples/**/*.md, and each command in the examples'
+docstrings (an indented line starting with `marun ` or `.cache/venvs/`). `marun` is the one
+`pip install .` gives: this tree's, installed into the interpreter running the tests
+(scripts/bootstrap.sh's .venv, `pip install -e .`). Commands through a framework's venv
+(`.cache/venvs/<name>/bin/marun`) need it made first (`bash scripts/frameworks.sh <name>`, which
+scripts/test.sh runs before this lane). Logs go to a temporary directory (MARUN_LOG_DIR), not
+into the tree.
 
 Only the commands in SKIPPED do not run here, each with its reason. What it costs (figures,
 not asserted): about 45 s in all on 2 busy cores, most of it the three framework simulations
@@ -33,6 +34,7 @@ DOCS = sorted(
         REPO / "docker" / "README.md",
         REPO / "entrypoints" / "README.md",
         REPO / "bench" / "README.md",
+        *(REPO / "examples").rglob("*.md"),
     ]
 )
 EXAMPLES = sorted((REPO / "examples").glob("*.py"))
@@ -49,6 +51,11 @@ SKIPPED = {
         "an image build context for another Python: images need root, podman and minutes; "
         "tests/e2e/test_images.py builds and runs them (scripts/images.sh)"
     ),
+    # examples/volcano/README.md: a Kubernetes cluster with Volcano (a cluster: none here)
+    "kubectl create configmap marun-examples --from-file=examples/": "needs a Kubernetes cluster",
+    "kubectl apply -f examples/volcano/pytorch.yaml": "needs a Kubernetes cluster with Volcano",
+    "kubectl logs -f marun-pytorch-worker-0": "needs a Kubernetes cluster with Volcano",
+    "vcctl job list": "needs a Kubernetes cluster with Volcano",
     "docker build -f /tmp/ctx/docker/pytorch/Dockerfile --build-arg BASE_IMAGE=... "
     "-t my/marun-pytorch /tmp/ctx": (
         "no Docker engine (nor a registry for BASE_IMAGE) on this machine: "
