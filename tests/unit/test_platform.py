@@ -118,3 +118,18 @@ def test_resolve_command(tmp_path: Path) -> None:
     for bad in (["missing.py"], ["no-such-command-xyz"], ["./nope.sh"], []):
         with pytest.raises(InputError):
             resolve_command(bad, str(tmp_path), "py")
+
+
+def test_an_interface_that_vanishes_while_listed_is_skipped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Interfaces come and go (a container's veth, a netns host torn down): one listed by
+    netifaces.interfaces() but gone when its addresses are asked for is skipped, not a crash."""
+    import netifaces
+
+    from marun.inputs.nic import ipv4_by_interface
+
+    real = netifaces.interfaces
+    monkeypatch.setattr(netifaces, "interfaces", lambda: [*real(), "marun-gone0"])
+    table = ipv4_by_interface()
+    assert "marun-gone0" not in table and "127.0.0.1" in table["lo"]

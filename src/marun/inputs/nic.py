@@ -66,7 +66,12 @@ def ipv4_by_interface() -> dict[str, list[str]]:
 
     table: dict[str, list[str]] = {}
     for name in netifaces.interfaces():
-        addrs = netifaces.ifaddresses(name).get(netifaces.AF_INET, [])
+        try:
+            addrs = netifaces.ifaddresses(name).get(netifaces.AF_INET, [])
+        except ValueError:
+            # Gone between the listing and this look (a container's veth, a netns host torn
+            # down): it holds no address of ours any more.
+            continue
         found = [a["addr"] for a in addrs if a.get("addr")]
         if found:
             table[name] = found
