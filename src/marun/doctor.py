@@ -145,7 +145,7 @@ def _mode_problem(path: Path, uid: int, private: bool) -> str | None:
 def check_ssh_keys(platform: Platform, required: bool) -> list[Check]:
     """The classic "bad ownership or modes" failures (kubeflow/mpi-operator #424, Volcano
     #1606) before sshd or ssh trip over them mid-job."""
-    ssh_dir = Path(platform.settings.ssh_dir or Path.home() / ".ssh")
+    ssh_dir = Path(platform.ssh_dir())
     if not ssh_dir.is_dir():
         status = WARN if required else SKIP
         detail = (
@@ -270,7 +270,8 @@ def check_ports(platform: Platform, mode: str | None) -> list[Check]:
 def check_job_secret(platform: Platform, mode: str | None) -> list[Check]:
     """A multi-node job's coordination without a secret: anyone on the job's hosts can forge
     a failure that stops the job (docs/supervision.md, "Trust")."""
-    from marun.plan.coordination import NO_SECRET_NOTE, TOKEN_VAR, ssh_key_path
+    from marun.plan.coordinate import ssh_key_path
+    from marun.plan.coordination import NO_SECRET_NOTE, TOKEN_VAR
 
     try:
         nodes = platform.num_hosts()

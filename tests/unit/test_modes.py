@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import re
+import sys
+import types
 from importlib import import_module
+from pathlib import Path
+
+import pytest
 
 from conftest import REPO
-from marun.plan.modes import MODES, PLANNERS
+from marun.inputs.injected import Platform, read_platform
+from marun.inputs.settings import Settings
+from marun.plan import modes
+from marun.plan.coordinate import UNCOORDINATED_MODES
+from marun.plan.coordination import JobShape
+from marun.plan.launch_plan import LaunchPlan, NodePlan
+from marun.plan.modes import MODES, PLANNERS, build_plan
 
 
 def test_cli_modes_are_the_planners() -> None:
@@ -39,3 +50,82 @@ def test_the_readme_table_lists_every_mode() -> None:
     readme = (REPO / "README.md").read_text()
     rows = re.findall(r"^\| `(\w+)` \|", readme, flags=re.MULTILINE)
     assert rows == list(MODES)
+
+
+# -- every planner states the job's shape (marun.plan.coordination.JobShape) -------------------
+
+TABLE = REPO / "tests" / "data" / "ranktables" / "server_list_2x8.json"
+TWO_NODES = {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "1", "VC_WORKER_HOSTS": "127.0.0.1,127.0.0.2"}
+TF_FLAGS = ["--task_index", "1", "--job_name", "worker"]
+TF_FLAGS += ["--ps_hosts", "127.0.0.1:2222,127.0.0.2:2222"]
+TF_FLAGS += ["--worker_hosts", "127.0.0.1:2223,127.0.0.2:2223"]
+# mode -> (appended words, environment, the shape its planner states): node 1 of two.
+SHAPES: dict[str, tuple[list[str], dict[str, str], JobShape]] = {
+    "pytorch": (
+        ["--init_method", "tcp://127.0.0.1:29500", "--rank", "1", "--world_size", "2"],
+        TWO_NODES,
+        JobShape("127.0.0.1", 2, 1),
+    ),
+    # ps0 ps1 worker0 worker1: worker 0 (node 2) leads; each task has its own host lists.
+    "tensorflow": (TF_FLAGS, TWO_NODES, JobShape("127.0.0.1", 4, 3, 2, hosts_in_id=False)),
+    "mindspore": ([], {**TWO_NODES, "MA_NUM_GPUS": "1"}, JobShape("127.0.0.1", 2, 1)),
+    # rank 9: server 1's second device, one marun per device
+    "ascend": (
+        [],
+        {"RANK_TABLE_FILE": str(TABLE), "RANK_ID": "9"},
+        JobShape("192.0.2.11", 2, 1, 0, 8, 1),
+    ),
+    "mpi": ([], TWO_NODES, JobShape("127.0.0.1", 2, 1)),
+}
+
+
+def _platform(tmp_path: Path, appended: list[str], env: dict[str, str]) -> Platform:
+    ssh = tmp_path / "ssh"  # the platform's key pair, which MPI mode needs on several nodes
+    ssh.mkdir(mode=0o700, exist_ok=True)
+    for name in ("id_rsa", "id_rsa.pub", "authorized_keys"):
+        (ssh / name).write_text("key\n")
+        (ssh / name).chmod(0o600)
+    (tmp_path / "train.py").write_text("print(1)\n")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **env}
+    settings = Settings(nic="lo", ssh_dir=str(ssh))
+    return read_platform(["train.py", *appended], env, str(tmp_path), settings)
+
+
+def test_every_mode_has_a_shape_case() -> None:
+    assert set(SHAPES) == set(MODES), "add the new mode's case to SHAPES"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_planner_states_the_job_shape(mode: str, tmp_path: Path) -> None:
+    appended, env, shape = SHAPES[mode]
+    plan = build_plan(mode, _platform(tmp_path, appended, env))
+    assert plan.shape == shape
+    if mode in UNCOORDINATED_MODES:
+        assert plan.coordination is None
+        return
+    assert plan.coordination is not None
+    got = plan.coordination
+    assert (got.host, got.nodes, got.index, got.leader) == (
+        shape.host,
+        2 if mode != "tensorflow" else 4,
+        shape.index,
+        shape.leader,
+    )
+    assert (got.slots, got.slot) == (shape.slots, shape.slot)
+
+
+def test_a_planner_that_states_no_shape_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new mode cannot fall through as "one node" with no coordination."""
+    planner = types.ModuleType("shapeless_planner")
+
+    def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
+        return LaunchPlan("shapeless", (NodePlan(0, platform.hostname),))
+
+    planner.plan = plan  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "shapeless_planner", planner)
+    monkeypatch.setitem(PLANNERS, "shapeless", "shapeless_planner")
+    monkeypatch.setattr(modes, "MODES", (*MODES, "shapeless"))
+    with pytest.raises(TypeError, match="shapeless planner's plan states no job shape"):
+        build_plan("shapeless", _platform(tmp_path, [], {}))

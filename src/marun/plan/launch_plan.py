@@ -11,13 +11,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from marun.plan.coordination import Coordination
+from typing import Any
 
 from marun.errors import InputError, bad_value
 from marun.plan.console_selection import ConsoleSelection
+from marun.plan.coordination import Coordination, JobShape, coordination_from_dict
 
 SCHEMA_VERSION = 1
 
@@ -155,8 +153,12 @@ class LaunchPlan:
     nodes: tuple[NodePlan, ...]
     notes: tuple[str, ...] = field(default=())
     supervision: Supervision = field(default_factory=Supervision)
-    # How this node's marun joins the job's others (multi-node jobs of every mode but MPI).
+    # How this node's marun joins the job's others (multi-node jobs of every mode but MPI):
+    # built by marun.plan.coordinate from `shape`, never by the planner.
     coordination: Coordination | None = None
+    # The job's shape as the planner knows it (every planner states one; not part of the JSON
+    # form, whose `coordination` says what run needs of it).
+    shape: JobShape | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -199,8 +201,6 @@ class LaunchPlan:
     def from_dict(cls, data: Mapping[str, Any]) -> LaunchPlan:
         """The inverse of `to_dict` (a `marun plan --format json` read back; masked secrets stay
         masked). Fields added after a document was written take their defaults."""
-        from marun.plan.coordination import coordination_from_dict
-
         if data.get("schema") != SCHEMA_VERSION:
             raise bad_value("plan schema", data.get("schema"), f"{SCHEMA_VERSION}")
         try:

@@ -15,6 +15,7 @@ from importlib import import_module
 
 from marun.errors import InputError, bad_value
 from marun.inputs.injected import Platform
+from marun.plan.coordinate import coordination_for
 from marun.plan.launch_plan import LaunchPlan
 
 # Each mode's planner, by module name: imported only when chosen. MPI's planner lives with the
@@ -72,6 +73,7 @@ def _other_device_start(mode: str, platform: Platform, all_nodes: bool) -> Launc
     device = parse_int("ASCEND_DEVICE_ID", raw, 0, 1023)
     if device == 0:
         return None
+    from marun.plan.coordination import JobShape
     from marun.plan.launch_plan import NodePlan
 
     note = (
@@ -79,7 +81,9 @@ def _other_device_start(mode: str, platform: Platform, all_nodes: bool) -> Launc
         f"{'mindspore mode' if mode == 'mindspore' else '--per-node'} plans the whole node "
         "from device 0's start; this start plans nothing and exits 0"
     )
-    return LaunchPlan(mode, (NodePlan(0, platform.hostname),), (note,))
+    return LaunchPlan(
+        mode, (NodePlan(0, platform.hostname),), (note,), shape=JobShape.one_node(platform.hostname)
+    )
 
 
 def build_plan(
@@ -98,11 +102,7 @@ def build_plan(
         return replace(skipped, supervision=watching)
     module = import_module(PLANNERS[mode])
     plan: LaunchPlan = module.plan(platform, all_nodes)
-    coordination = None
-    if mode != "mpi" and not all_nodes:
-        from marun.plan.coordination import coordination_for
-
-        coordination = coordination_for(mode, platform, plan)
+    coordination = None if all_nodes else coordination_for(plan, platform)
     notes = plan.notes
     procs = plan.nodes[0].processes if len(plan.nodes) == 1 else ()
     lone = len(procs) == 1 and not procs[0].daemon and not procs[0].restart_on_failure

@@ -25,6 +25,7 @@ Each process gets (the HCCL tutorial's layout, davincirun's variables):
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 from marun.errors import InputError
 from marun.inputs.injected import Platform
@@ -39,6 +40,7 @@ from marun.inputs.ranktable import (
     rank_id_from_env,
     this_server_index,
 )
+from marun.plan.coordination import JobShape
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
 from marun.plan.modes.common import pending_table_plan, script_argv, socket_ifname_env
 
@@ -193,4 +195,22 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
                     "torch.npu.set_device) takes ASCEND_DEVICE_ID"
                 )
     notes.extend(layout_notes(table))
-    return LaunchPlan(mode=MODE, nodes=tuple(nodes), notes=tuple(notes))
+    shape = _shape(platform, table, nodes[0] if not all_nodes else None)
+    return LaunchPlan(mode=MODE, nodes=tuple(nodes), notes=tuple(notes), shape=shape)
+
+
+def _shape(platform: Platform, table: RankTable, node: NodePlan | None) -> JobShape:
+    """The table's first server leads. Each of the platform's once-per-device starts is a slot
+    of its server, by its process's place among the server's devices (`node`: this start's
+    plan; None for a whole-job plan)."""
+    leader = table.servers[0]
+    shape = JobShape(leader.host_ip or leader.server_id, len(table.servers), 0)
+    if node is None:
+        return shape
+    shape = replace(shape, index=node.index)
+    if platform.settings.per_node or not node.processes:
+        return shape
+    devices = table.servers[node.index].devices
+    rank = node.processes[0].rank
+    slot = next((i for i, d in enumerate(devices) if d.rank == rank), 0)
+    return replace(shape, slots=len(devices), slot=slot)

@@ -66,6 +66,7 @@ from marun.inputs.hosts import ResolveError, is_ip, is_ipv4, node_hosts, resolve
 from marun.inputs.injected import Platform
 from marun.inputs.nic import Nic, choose_nic
 from marun.inputs.numbers import MAX_SECONDS, PORT_MAX, parse_int, parse_port
+from marun.plan.coordination import JobShape
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
 from marun.plan.modes.common import log_dir, pending_table_plan, script_argv, socket_ifname_env
 from marun.plan.modes.mindspore_notes import hccl_cm_init_notes, recovery_notes
@@ -109,6 +110,16 @@ class _Layout:
     worker_num: int
     notes: tuple[str, ...] = ()
     node_count: int = 1  # nodes in the whole job
+    # One marun per device (the platform's once-per-device starts from a rank table): each is a
+    # slot of its server, by its worker's place among the server's devices, as in ascend mode.
+    slots: int = 1
+    slot: int = 0
+
+    def shape(self) -> JobShape:
+        """Node 0's marun leads, at the scheduler's address every node was given."""
+        return JobShape(
+            self.sched_host, self.node_count, self.this_index or 0, slots=self.slots, slot=self.slot
+        )
 
 
 # -- MindSpore's own variables, as the environment gives them -----------------------------------
@@ -365,8 +376,21 @@ def _from_rank_table(
                 scheduler=scheduler,
             )
         )
+    slots, slot = 1, 0
+    if per_device and not all_nodes and this_index is not None and own_rank is not None:
+        devices = servers[this_index].devices
+        slots = len(devices)
+        slot = next((i for i, d in enumerate(devices) if d.rank == own_rank), 0)
     return _Layout(
-        tuple(nodes), this_index, nic, sched_host, table.rank_size, tuple(notes), len(servers)
+        tuple(nodes),
+        this_index,
+        nic,
+        sched_host,
+        table.rank_size,
+        tuple(notes),
+        len(servers),
+        slots,
+        slot,
     )
 
 
@@ -476,7 +500,7 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
         platform, dict(cluster.recovery), layout.node_count, cpu_only
     )
     notes = inherited + layout.notes + framework + (tls.notes if tls is not None else ())
-    return LaunchPlan(mode=MODE, nodes=nodes, notes=notes)
+    return LaunchPlan(mode=MODE, nodes=nodes, notes=notes, shape=layout.shape())
 
 
 # Variables marun sets per process; one inherited from the container is replaced, and said so.

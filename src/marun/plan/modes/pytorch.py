@@ -17,6 +17,7 @@ from marun.errors import InputError, bad_value
 from marun.inputs.hosts import is_host_name, is_ip
 from marun.inputs.injected import Platform
 from marun.inputs.numbers import MAX_NODES, is_digits, parse_int
+from marun.plan.coordination import JobShape
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
 from marun.plan.modes.common import log_dir, script_argv, socket_ifname_env
 
@@ -176,9 +177,11 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
             f"{' or '.join(hints) or 'a known address'}; gloo and NCCL pick one themselves "
             "(set nic, --nic, to name it)"
         )
+    # Node 0's marun leads, at the rendezvous host every node was given.
+    shape = JobShape(host=rdzv.host, nodes=rdzv.nodes, index=rdzv.node_rank)
     if not all_nodes:
         this = node_plan(rdzv.node_rank, platform.hostname, True)
-        return LaunchPlan("pytorch", (this,), tuple(notes))
+        return LaunchPlan("pytorch", (this,), tuple(notes), shape=shape)
 
     hosts, host_note = _node_hosts(platform, rdzv)
     if host_note and rdzv.nodes > 1:
@@ -192,4 +195,4 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
         node_plan(i, platform.hostname if i == rdzv.node_rank else hosts[i], i == rdzv.node_rank)
         for i in range(rdzv.nodes)
     )
-    return LaunchPlan("pytorch", nodes, tuple(notes))
+    return LaunchPlan("pytorch", nodes, tuple(notes), shape=shape)

@@ -34,6 +34,7 @@ from marun.errors import InputError, bad_value, show_value
 from marun.inputs.injected import Platform
 from marun.inputs.numbers import MAX_NODES, parse_int
 from marun.inputs.tf_hosts import HOSTS_VARS, parse_host_list, split_address
+from marun.plan.coordination import JobShape
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
 from marun.plan.modes.common import log_dir, script_argv
 
@@ -244,7 +245,7 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
         node = NodePlan(
             0, platform.hostname, processes=(_process(platform, argv, "worker", 0, {}),)
         )
-        return LaunchPlan("tensorflow", (node,))
+        return LaunchPlan("tensorflow", (node,), shape=JobShape.one_node(platform.hostname))
 
     job, index, ps, workers = _read_job(platform)
     argv = script_argv(platform)
@@ -270,11 +271,32 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
         return NodePlan(n, host, processes=(_process(platform, argv, task.type, task.index, env),))
 
     placement = placement_notes(ps, workers)
+    shape = _shape(platform, cluster, len(ps), len(workers), own_type, position)
     if not all_nodes:
-        return LaunchPlan("tensorflow", (node_plan(position, tasks[position]),), placement)
+        this = node_plan(position, tasks[position])
+        return LaunchPlan("tensorflow", (this,), placement, shape=shape)
     notes = (
         "each node here is one container running one task (on several machines the "
         "platform starts one ps and one worker container on each)",
         *placement,
     )
-    return LaunchPlan("tensorflow", tuple(node_plan(n, t) for n, t in enumerate(tasks)), notes)
+    every = tuple(node_plan(n, t) for n, t in enumerate(tasks))
+    return LaunchPlan("tensorflow", every, notes, shape=shape)
+
+
+def _shape(
+    platform: Platform,
+    cluster: Mapping[str, Sequence[str]],
+    ps: int,
+    workers: int,
+    own_type: str,
+    position: int,
+) -> JobShape:
+    """The containers in the plan's order (ps, chief, workers); the leader is the first that is
+    not a parameter server, which ends with the job rather than on its own. An evaluator is
+    outside the cluster: not coordinated. Each task has its own host lists: no hosts in the id."""
+    if own_type == "evaluator":
+        return JobShape.one_node(platform.hostname, position)
+    first = (cluster.get("chief") or cluster["worker"])[0]
+    host = (split_address(first) or (first, 0))[0]
+    return JobShape(host, ps + workers, position, leader=ps, hosts_in_id=False)
