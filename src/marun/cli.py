@@ -203,8 +203,8 @@ def plan(
 ) -> None:
     """Print what `marun run` would start with these inputs (nothing is started; a name that
     does not resolve yet is not waited for)."""
+    from marun.launch import plan_from_environment
     from marun.log import set_verbose
-    from marun.plan.modes import plan_from_environment
     from marun.plan.render import render
 
     set_verbose(verbose)
@@ -245,8 +245,8 @@ def run(
     verbose: VerboseOpt = False,
 ) -> None:
     """Start this node's part of the job, supervise it, and exit with its status."""
+    from marun.launch import run_node
     from marun.log import set_verbose
-    from marun.runtime.start import run_node
 
     set_verbose(verbose)
     settings = _setting_options(locals())

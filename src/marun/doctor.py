@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
@@ -251,19 +250,17 @@ def _ports(platform: Platform, mode: str | None) -> list[tuple[str, int]]:
 
 
 def check_ports(platform: Platform, mode: str | None) -> list[Check]:
+    from marun.inputs.port_probe import bind_error
+
     checks = []
     for name, port in _ports(platform, mode):
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            sock.bind(("0.0.0.0", port))
-        except OSError as exc:
+        exc = bind_error(port)  # as `marun run` checks it before anything starts
+        if exc is not None:
             checks.append(
                 Check(f"port {port}", FAIL, f"{name}={port} cannot be bound: {exc.strerror}")
             )
         else:
             checks.append(Check(f"port {port}", OK, f"{name}={port} is free"))
-        finally:
-            sock.close()
     return checks
 
 

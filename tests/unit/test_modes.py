@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import re
-import sys
-import types
-from importlib import import_module
 from pathlib import Path
 
 import pytest
@@ -13,11 +10,12 @@ import pytest
 from conftest import REPO
 from marun.inputs.injected import Platform, read_platform
 from marun.inputs.settings import Settings
+from marun.launch import build_plan, planner
 from marun.plan import modes
 from marun.plan.coordinate import UNCOORDINATED_MODES
 from marun.plan.coordination import JobShape
 from marun.plan.launch_plan import LaunchPlan, NodePlan
-from marun.plan.modes import MODES, PLANNERS, build_plan
+from marun.plan.modes import MODES
 
 
 def test_cli_modes_are_the_planners() -> None:
@@ -33,9 +31,11 @@ def test_the_fast_run_parser_knows_every_mode() -> None:
     assert ("auto", *MODES) == MODE_VALUES
 
 
-def test_every_planner_is_a_module_with_a_plan_function() -> None:
-    for mode, module in PLANNERS.items():
-        assert callable(getattr(import_module(module), "plan", None)), mode
+def test_every_mode_has_a_planner() -> None:
+    for mode in MODES:
+        assert callable(planner(mode)), mode
+    with pytest.raises(KeyError):
+        planner("auto")
 
 
 def test_simulated_and_doctor_modes_are_modes() -> None:
@@ -118,14 +118,33 @@ def test_a_planner_that_states_no_shape_is_an_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A new mode cannot fall through as "one node" with no coordination."""
-    planner = types.ModuleType("shapeless_planner")
 
-    def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
+    def shapeless(platform: Platform, all_nodes: bool) -> LaunchPlan:
         return LaunchPlan("shapeless", (NodePlan(0, platform.hostname),))
 
-    planner.plan = plan  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "shapeless_planner", planner)
-    monkeypatch.setitem(PLANNERS, "shapeless", "shapeless_planner")
     monkeypatch.setattr(modes, "MODES", (*MODES, "shapeless"))
+    platform = _platform(tmp_path, [], {})
     with pytest.raises(TypeError, match="shapeless planner's plan states no job shape"):
-        build_plan("shapeless", _platform(tmp_path, [], {}))
+        modes.plan_with("shapeless", platform, lambda mode: shapeless)
+
+
+def test_the_architecture_doc_names_every_list_of_modes() -> None:
+    """docs/architecture.md's "Adding a mode" names every place a new mode goes, the ones this
+    file checks: following it is enough."""
+    doc = (REPO / "docs" / "architecture.md").read_text()
+    section = doc.split("## Adding a mode", 1)[1].split("\n## ", 1)[0]
+    for place in (
+        "plan/modes/",
+        "JobShape",
+        "`MODES`",
+        "launch.planner",
+        "run_argv.MODE_VALUES",
+        "`Mode`",
+        "`SimMode`",
+        "README.md",
+        "tests/unit/test_modes.py",
+        "SHAPES",
+        "SIM_MODES",
+        "doctor.FRAMEWORKS",
+    ):
+        assert place in section, place

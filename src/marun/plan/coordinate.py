@@ -16,6 +16,7 @@ import os
 
 from marun.errors import InputError, bad_value
 from marun.inputs.injected import Platform
+from marun.inputs.numbers import is_port
 from marun.plan.coordination import HEARTBEAT, MIN_PEER_TIMEOUT, TOKEN_VAR, Coordination, JobShape
 from marun.plan.launch_plan import LaunchPlan
 
@@ -81,7 +82,7 @@ def _check_settings(platform: Platform) -> None:
         )
     if settings.hang_timeout is not None and settings.hang_timeout <= 0:
         raise bad_value("hang_timeout", settings.hang_timeout, "a number of seconds > 0")
-    if not 1 <= settings.job_port <= 65535:
+    if not is_port(settings.job_port):
         raise bad_value("job_port", settings.job_port, "a port 1-65535, or 0 for no coordination")
 
 

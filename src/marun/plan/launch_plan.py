@@ -219,6 +219,17 @@ class LaunchPlan:
             raise InputError(f"plan: not a plan of schema {SCHEMA_VERSION} ({exc!r})") from None
 
 
+def execs_lone_process(plan: LaunchPlan) -> bool:
+    """Whether `marun run` execs this node's plan (marun becomes its process) rather than
+    supervising it: one process, not a daemon, not one to restart on failure, on a node that
+    coordinates with no other. The one place this is decided; the runtime adds what only it
+    knows (marun as PID 1 never execs) and `--supervise` (Supervision.always_supervise)."""
+    if len(plan.nodes) != 1 or plan.coordination is not None:
+        return False
+    procs = plan.nodes[0].processes
+    return len(procs) == 1 and not procs[0].daemon and not procs[0].restart_on_failure
+
+
 def _node_from_dict(data: Mapping[str, Any]) -> NodePlan:
     return NodePlan(
         index=int(data["index"]),

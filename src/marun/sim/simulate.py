@@ -251,36 +251,30 @@ def write_inputs(mode: str, nodes: int, devices: int, sim_dir: str) -> None:
             json.dump(rank_table(nodes, devices), fh, indent=2)
 
 
-def inner_platform(platform: Platform, container: Container) -> Platform:
-    """The platform as the first container sees it: for showing the job's plan."""
-    from marun.inputs.appended_args import split_appended
+def container_plan(node: ProcessSpec) -> LaunchPlan:
+    """The plan a simulated container's `marun run` makes: its own command line (`node.argv`,
+    parsed by the start path's own parser), its environment (this one's and the container's
+    variables) and working directory, through the one route every `marun run` takes
+    (marun.launch). Nothing is copied from the settings by hand, so what simulate shows is what
+    its containers run."""
+    from marun.launch import build_plan, read_inputs
+    from marun.run_argv import parse_run
 
-    env = {k: v for k, v in platform.env.items() if not k.startswith(("MA_", "VC_"))}
-    env.update(container.env)
-    words, appended = split_appended((*script_words(platform), *container.appended))
-    settings = replace(platform.settings, log_dir=container.log_dir)
-    for key, value in container.env.items():
-        if key == "MARUN_MS_SCHED_PORT":
-            settings = replace(settings, ms_sched_port=int(value))
-        if key == "MARUN_JOB_PORT":
-            settings = replace(settings, job_port=int(value))
-    return replace(
-        platform, env=env, command=words, appended=appended, cwd=container.cwd, settings=settings
-    )
+    parsed = parse_run(node.argv[node.argv.index("run") + 1 :])
+    if parsed is None:  # simulate writes only options the start path parses
+        raise AssertionError(f"simulate: {node.name}'s command line: {node.argv!r}")
+    env = {**os.environ, **node.env}
+    platform = read_inputs(parsed.command, parsed.config, parsed.settings, env, node.cwd)
+    return build_plan(parsed.mode, platform, always_supervise=parsed.supervise)
 
 
-def job_plan(mode: str, platform: Platform, planned: Sequence[Container]) -> LaunchPlan:
+def job_plan(mode: str, platform: Platform, outer: LaunchPlan) -> LaunchPlan:
     """The simulated job's plan, exactly as its containers run it: each container's own plan
-    (its own log directory, its own node index; `--supervise`, as the inner runs are started),
-    the containers of one node (Ascend's once-per-device starts) joined into that node."""
-    from marun.plan.modes import build_plan
-
+    (`outer`'s processes are the containers' `marun run`s), the containers of one node (Ascend's
+    once-per-device starts) joined into that node."""
     nodes: dict[int, NodePlan] = {}
     notes: dict[str, None] = {}
-    plans = [
-        build_plan(mode, inner_platform(platform, c), all_nodes=False, always_supervise=True)
-        for c in planned
-    ]
+    plans = [container_plan(p) for p in outer.nodes[0].processes]
     for plan in plans:
         notes.update(dict.fromkeys(plan.notes))
         for node in plan.nodes:
@@ -482,14 +476,14 @@ def simulate(request: SimulateRequest) -> int:
         return run_mpi_simulation(
             platform, request.nodes, request.devices, options, request.show_plan
         )
-    outer, planned, sim_dir = simulation_plan(
+    outer, _, sim_dir = simulation_plan(
         platform, request.mode, request.nodes, request.devices, options
     )
     write_inputs(request.mode, request.nodes, request.devices, sim_dir)
     if request.show_plan:
         from marun.plan.render import render_table
 
-        job = job_plan(request.mode, platform, planned)
+        job = job_plan(request.mode, platform, outer)
         sys.stdout.write(render_table(job) + "\n")
         sys.stdout.flush()
     return execute(outer)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from marun.errors import InputError, bad_value
 from marun.inputs.hosts import is_host_name, is_ip
 from marun.inputs.injected import Platform
-from marun.inputs.numbers import MAX_NODES, is_digits, parse_int
+from marun.inputs.numbers import MAX_NODES, is_digits, is_port, parse_int
 from marun.plan.coordination import JobShape
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
 from marun.plan.modes.common import log_dir, script_argv, socket_ifname_env
@@ -53,7 +53,7 @@ def parse_init_method(raw: str | None) -> tuple[str, int]:
     # (`tcp://h:1:2` would make MASTER_ADDR `h:1`).
     if not sep or not (is_ip(host) or is_host_name(host)):
         raise bad_value("--init_method", raw, INIT_METHOD_FORM)
-    if not is_digits(port) or len(port) > 5 or not 1 <= int(port) <= 65535:
+    if not is_digits(port) or len(port) > 5 or not is_port(int(port)):
         raise bad_value("--init_method", raw, INIT_METHOD_FORM)
     return host, int(port)
 

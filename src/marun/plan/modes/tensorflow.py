@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from marun.errors import InputError, bad_value, show_value
+from marun.inputs.appended_args import TENSORFLOW_FLAGS
 from marun.inputs.injected import Platform
 from marun.inputs.numbers import MAX_NODES, parse_int
 from marun.inputs.tf_hosts import HOSTS_VARS, parse_host_list, split_address
@@ -39,7 +40,7 @@ from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
 from marun.plan.modes.common import log_dir, script_argv
 
 JOB_NAMES = ("ps", "worker", "chief", "evaluator")
-FLAGS = ("task_index", "ps_hosts", "worker_hosts", "job_name")
+FLAGS = TENSORFLOW_FLAGS  # the appended flags, as marun.inputs.appended_args knows them
 
 
 @dataclass(frozen=True)
