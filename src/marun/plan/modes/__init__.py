@@ -54,7 +54,7 @@ def _other_device_start(mode: str, platform: Platform, all_nodes: bool) -> Launc
     start then starts that device's worker, so each worker starts exactly once."""
     if mode not in ("mindspore", "ascend") or all_nodes:
         return None
-    from marun.inputs.ranktable import plans_per_device
+    from marun.inputs.ranktable_platform import plans_per_device
 
     if plans_per_device(mode, platform):
         return None

@@ -35,6 +35,8 @@ from marun.inputs.ranktable import (
     RankTableNotReady,
     Server,
     layout_notes,
+)
+from marun.inputs.ranktable_platform import (
     load_platform_rank_table,
     plans_per_device,
     rank_id_from_env,

@@ -60,7 +60,7 @@ def pending_table_plan(mode: str, platform: Platform, raw_table: str, then: str)
     (which device each rank drives, and where, is the table's to say), and a note that `marun
     run` would wait for the table and plan `then` from it. `marun plan` never waits."""
     from marun.errors import InputError
-    from marun.inputs.ranktable import pending_note
+    from marun.inputs.ranktable_platform import pending_note
 
     try:
         given = platform.given_task_index()
