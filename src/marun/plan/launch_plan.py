@@ -219,15 +219,24 @@ class LaunchPlan:
             raise InputError(f"plan: not a plan of schema {SCHEMA_VERSION} ({exc!r})") from None
 
 
-def execs_lone_process(plan: LaunchPlan) -> bool:
-    """Whether `marun run` execs this node's plan (marun becomes its process) rather than
+def node_execs(plan: LaunchPlan, node: NodePlan) -> bool:
+    """Whether `marun run` execs `node`'s plan (marun becomes its process) rather than
     supervising it: one process, not a daemon, not one to restart on failure, on a node that
-    coordinates with no other. The one place this is decided; the runtime adds what only it
-    knows (marun as PID 1 never execs) and `--supervise` (Supervision.always_supervise)."""
-    if len(plan.nodes) != 1 or plan.coordination is not None:
-        return False
-    procs = plan.nodes[0].processes
-    return len(procs) == 1 and not procs[0].daemon and not procs[0].restart_on_failure
+    coordinates with no other. The one place this is decided (the plan's notes, its rendering
+    and the runtime ask here); the runtime adds what only it knows (marun as PID 1 never execs),
+    and `--supervise` (Supervision.always_supervise) keeps marun in front."""
+    procs = node.processes
+    return (
+        plan.coordination is None
+        and len(procs) == 1
+        and not procs[0].daemon
+        and not procs[0].restart_on_failure
+    )
+
+
+def execs_lone_process(plan: LaunchPlan) -> bool:
+    """`node_execs` for this node's plan (a plan of one node)."""
+    return len(plan.nodes) == 1 and node_execs(plan, plan.nodes[0])
 
 
 def _node_from_dict(data: Mapping[str, Any]) -> NodePlan:

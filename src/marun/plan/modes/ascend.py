@@ -110,6 +110,32 @@ def _process(
     )
 
 
+def _planned_servers(
+    platform: Platform,
+    table: RankTable,
+    own_rank: int | None,
+    per_device: bool,
+    all_nodes: bool,
+    notes: list[str],
+) -> list[int]:
+    """The servers this plan holds: every one, this device's, or this node's."""
+    if all_nodes:
+        if per_device:
+            notes.append(
+                "per device: the platform starts marun once per device with its RANK_ID; each "
+                "start runs only that rank's process (all shown here)"
+            )
+        return list(range(len(table.servers)))
+    if per_device:
+        if own_rank is None:
+            raise InputError(
+                "RANK_ID is not set: expected this device's rank (the platform sets it when it "
+                "runs the start file once per device), or --per-node if it runs once per node"
+            )
+        return [table.device_of_rank(own_rank)[0]]
+    return [this_server_index(platform, table)]
+
+
 def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     argv = script_argv(platform)  # before the wait on the table: a missing script fails at once
     per_device = plans_per_device(MODE, platform)
@@ -126,23 +152,7 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
         return pending_table_plan(MODE, platform, raw_table, then)
     own_rank = rank_id_from_env(platform, table)
     notes: list[str] = []
-
-    if all_nodes:
-        indexes = list(range(len(table.servers)))
-        if per_device:
-            notes.append(
-                "per device: the platform starts marun once per device with its RANK_ID; each "
-                "start runs only that rank's process (all shown here)"
-            )
-    elif per_device:
-        if own_rank is None:
-            raise InputError(
-                "RANK_ID is not set: expected this device's rank (the platform sets it when it "
-                "runs the start file once per device), or --per-node if it runs once per node"
-            )
-        indexes = [table.device_of_rank(own_rank)[0]]
-    else:
-        indexes = [this_server_index(platform, table)]
+    indexes = _planned_servers(platform, table, own_rank, per_device, all_nodes, notes)
 
     # The interfaces are read once for the whole plan (a plan of every node of a 1,024-server
     # table read them once per server), and with a configured NIC the answer is the same for all.
@@ -186,19 +196,26 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
         nodes.append(
             NodePlan(index=index, host=server.host_ip or server.server_id, processes=processes)
         )
-    for node in nodes if not all_nodes else ():
-        for proc in node.processes:
-            physical, logical = proc.env["DEVICE_ID"], proc.env["ASCEND_DEVICE_ID"]
-            if physical != logical:
-                notes.append(
-                    f"{proc.name}: DEVICE_ID={physical} is the card's physical id (the rank "
-                    f"table's, for HCCL); this container sees it as ASCEND_DEVICE_ID={logical}. "
-                    "A script choosing its device (set_context(device_id=...), "
-                    "torch.npu.set_device) takes ASCEND_DEVICE_ID"
-                )
+    if not all_nodes:
+        notes.extend(_device_id_notes(nodes[0]))
     notes.extend(layout_notes(table))
     shape = _shape(platform, table, nodes[0] if not all_nodes else None)
     return LaunchPlan(mode=MODE, nodes=tuple(nodes), notes=tuple(notes), shape=shape)
+
+
+def _device_id_notes(node: NodePlan) -> list[str]:
+    """Where the card's physical id (the table's) and the container's own numbering differ."""
+    notes = []
+    for proc in node.processes:
+        physical, logical = proc.env["DEVICE_ID"], proc.env["ASCEND_DEVICE_ID"]
+        if physical != logical:
+            notes.append(
+                f"{proc.name}: DEVICE_ID={physical} is the card's physical id (the rank "
+                f"table's, for HCCL); this container sees it as ASCEND_DEVICE_ID={logical}. "
+                "A script choosing its device (set_context(device_id=...), "
+                "torch.npu.set_device) takes ASCEND_DEVICE_ID"
+            )
+    return notes
 
 
 def _shape(platform: Platform, table: RankTable, node: NodePlan | None) -> JobShape:

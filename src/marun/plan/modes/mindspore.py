@@ -154,6 +154,31 @@ def _cluster_settings(platform: Platform) -> _ClusterSettings:
 # -- processes -----------------------------------------------------------------------------------
 
 
+def _scheduler(
+    platform: Platform,
+    argv: tuple[str, ...],
+    cluster: _ClusterSettings,
+    common: Mapping[str, str],
+    ifnames: Mapping[str, str],
+) -> ProcessSpec:
+    """MindSpore's scheduler (`common`: every process's MS_*; `ifnames`: this node's NIC)."""
+    recovery = cluster.recovery
+    env = {"MS_ROLE": "MS_SCHED", **common, "RANK_ID": "0", **recovery}
+    if recovery:
+        env["MS_NODE_ID"] = SCHEDULER_RECOVERY_NODE_ID
+    return ProcessSpec(
+        name="scheduler",
+        argv=argv,
+        env={**env, **ifnames},
+        cwd=platform.cwd,
+        log=os.path.join(log_dir(platform), "scheduler.log"),
+        role="scheduler",
+        rank=None,
+        restart_on_failure=bool(recovery),
+        listens=(cluster.port,),
+    )
+
+
 def _processes(
     platform: Platform,
     argv: tuple[str, ...],
@@ -175,22 +200,7 @@ def _processes(
         ifnames = socket_ifname_env(platform, layout.nic, IFNAME_VARS)
     procs: list[ProcessSpec] = []
     if node.scheduler:
-        env = {"MS_ROLE": "MS_SCHED", **common, "RANK_ID": "0", **recovery}
-        if recovery:
-            env["MS_NODE_ID"] = SCHEDULER_RECOVERY_NODE_ID
-        procs.append(
-            ProcessSpec(
-                name="scheduler",
-                argv=argv,
-                env={**env, **ifnames},
-                cwd=platform.cwd,
-                log=os.path.join(logs, "scheduler.log"),
-                role="scheduler",
-                rank=None,
-                restart_on_failure=bool(recovery),
-                listens=(cluster.port,),
-            )
-        )
+        procs.append(_scheduler(platform, argv, cluster, common, ifnames))
     for worker in node.workers:
         rank = str(worker.rank)
         env = {

@@ -142,6 +142,18 @@ def tf_config(cluster: Mapping[str, Sequence[str]], task_type: str, index: int) 
     return json.dumps(config, separators=(",", ":"))
 
 
+def _check_once(lists: Sequence[tuple[str, str | None, Sequence[str]]]) -> None:
+    """Each HOST:PORT once across the lists: (where from, as given, parsed) each."""
+    seen: set[str] = set()
+    for flag, raw, hosts in lists:
+        for address in hosts:
+            if address in seen:
+                raise bad_value(
+                    flag, raw, f"each HOST:PORT once in --ps_hosts and --worker_hosts ({address})"
+                )
+            seen.add(address)
+
+
 def _read_job(platform: Platform) -> tuple[str, int, tuple[str, ...], tuple[str, ...]]:
     """Validated (job_name, task_index, ps hosts, worker hosts) from the appended flags."""
     raw_index = _require(platform, "task_index")
@@ -172,14 +184,7 @@ def _read_job(platform: Platform) -> tuple[str, int, tuple[str, ...], tuple[str,
 
     workers = parse_host_list(workers_from, raw_workers)
     ps = parse_host_list(ps_from, raw_ps) if raw_ps is not None else ()
-    seen: set[str] = set()
-    for flag, raw, hosts in ((ps_from, raw_ps, ps), (workers_from, raw_workers, workers)):
-        for address in hosts:
-            if address in seen:
-                raise bad_value(
-                    flag, raw, f"each HOST:PORT once in --ps_hosts and --worker_hosts ({address})"
-                )
-            seen.add(address)
+    _check_once(((ps_from, raw_ps, ps), (workers_from, raw_workers, workers)))
 
     chief = platform.settings.tf_chief
     sizes = {"ps": len(ps), "worker": len(workers)}
