@@ -305,12 +305,15 @@ def simulate(
 
 
 @app.command(
+    context_settings=_CTX,
     epilog=_examples(
         "marun doctor",
         "marun doctor --mode mpi --format json",
-    )
+        "marun doctor --mode pytorch -- train.py --init_method tcp://10.0.0.1:29500",
+    ),
 )
 def doctor(
+    command: CommandArg = None,
     mode: Annotated[
         Optional[Mode],
         typer.Option("--mode", help="also check what this mode needs (framework, mpirun, ports)"),
@@ -323,11 +326,12 @@ def doctor(
     nic: NicOpt = None,
 ) -> None:
     """Preflight: Python, dependencies, framework, mpirun/sshd, ssh keys, NICs, host name,
-    rank table, ports. Exit 1 when a check fails."""
+    rank table, ports; with the start command after `--`, this node's plan as `marun run` would
+    make it (and its ports). Exit 1 when a check fails."""
     from marun.doctor import doctor_here
 
     out_fmt = fmt.value if fmt else ("table" if sys.stdout.isatty() else "json")
-    text, code = doctor_here(mode.value if mode else None, config, nic, out_fmt)
+    text, code = doctor_here(mode.value if mode else None, config, nic, out_fmt, command or [])
     sys.stdout.write(text)
     raise typer.Exit(code)
 
