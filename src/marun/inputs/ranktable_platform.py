@@ -1,6 +1,7 @@
 """The rank table as this container's platform gives it: RANK_TABLE_FILE read (and waited for)
 from the platform's environment, whether each of the platform's once-per-device starts plans
-its own rank, and which of the table's servers this node is. The table itself (its formats,
+its own rank, which of the table's servers this node is, and the layouts the platform
+allocates (others are notes). The table itself (its formats,
 the file, the wait) is marun.inputs.ranktable's."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from marun.inputs.ranktable import (
     COMPLETED,
     INITIALIZING,
     RankTable,
-    load_rank_table,
+    RankTableNotReady,
     parse_rank_table,
     read_table_text,
 )
@@ -168,3 +169,101 @@ def this_server_index(platform: Platform, table: RankTable) -> int:
         f"rank table {table.path}: none of its servers ({ids}) is this machine: expected "
         "RANK_ID, VC_TASK_INDEX, MA_CURRENT_IP or an interface address to match one"
     )
+
+
+# -- waiting for the table ------------------------------------------------------------------
+
+
+class _StillWaiting(Exception):
+    """An attempt worth repeating; `error` is what to report if it is the last."""
+
+    def __init__(self, error: InputError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def load_rank_table(path: str, timeout: float, interval: float = 1.0) -> RankTable:
+    """Read the table, re-reading every `interval` seconds while its status is `initializing`
+    (the platform writes the device addresses once every pod is placed), for at most `timeout`
+    seconds. Once the table has been seen initializing, a read that fails to parse is taken for
+    the platform's rewrite in progress and retried too; the last error is reported at the end."""
+    from tenacity import RetryCallState, retry, retry_if_exception_type, stop_after_delay
+
+    timeout = max(0.0, timeout)
+    waited = False
+
+    def pause(state: RetryCallState) -> float:
+        # Never sleep past the deadline: the last look is at the deadline itself.
+        return max(0.0, min(interval, timeout - (state.seconds_since_start or 0.0)))
+
+    @retry(
+        retry=retry_if_exception_type(_StillWaiting),
+        stop=stop_after_delay(timeout),
+        wait=pause,
+        reraise=True,
+    )
+    def attempt() -> RankTable:
+        nonlocal waited
+        try:
+            return parse_rank_table(read_table_text(path), path)
+        except RankTableNotReady:
+            if not waited:
+                from marun.log import get_logger
+
+                get_logger().info(
+                    "waiting for rank table", path=path, status=INITIALIZING, timeout=timeout
+                )
+            waited = True
+            raise _StillWaiting(
+                InputError(
+                    f"rank table {path}: status is still {INITIALIZING!r} after waiting "
+                    f"{timeout:g}s: expected {COMPLETED!r} (raise ranktable_timeout, "
+                    "MARUN_RANKTABLE_TIMEOUT, to wait longer)"
+                )
+            ) from None
+        except InputError as exc:
+            if not waited:
+                raise
+            raise _StillWaiting(exc) from None
+
+    try:
+        return attempt()
+    except _StillWaiting as last:
+        raise last.error from None
+
+
+# -- what the hardware allows ----------------------------------------------------------------
+
+# Devices a server can give one job on the platform: 1, 2, 4 or 8 of its 8 NPUs, and all 8 when
+# the job spans servers (HCCL's ring and mesh layouts assume these). Other layouts are notes, not
+# errors: hand-written tables, simulations (`marun simulate --nodes 2 --devices 2`) and hardware
+# with other counts (SuperPoD servers) are real and marun cannot tell them from a mistake.
+SERVER_DEVICE_COUNTS = (1, 2, 4, 8)
+MULTI_SERVER_DEVICES = 8
+
+
+def layout_notes(table: RankTable) -> list[str]:
+    """Plan notes for a device layout the platform does not allocate (docs/platform-contract.md)."""
+    counts = [len(server.devices) for server in table.servers]
+    if len(counts) == 1:
+        if counts[0] in SERVER_DEVICE_COUNTS:
+            return []
+        return [
+            f"rank table {table.path}: server {table.servers[0].server_id} has {counts[0]} "
+            "devices; the platform allocates 1, 2, 4 or 8 devices on a server, and HCCL may "
+            "refuse another count"
+        ]
+    odd = [
+        (server.server_id, count)
+        for server, count in zip(table.servers, counts)
+        if count != MULTI_SERVER_DEVICES
+    ]
+    if not odd:
+        return []
+    shown = ", ".join(f"{sid} has {count}" for sid, count in odd[:3])
+    more = f" and {len(odd) - 3} more" if len(odd) > 3 else ""
+    return [
+        f"rank table {table.path}: {len(odd)} of {len(counts)} servers do not have 8 "
+        f"devices ({shown}{more}); the platform gives a job that spans servers all 8 devices "
+        "of each, and HCCL may refuse another layout"
+    ]

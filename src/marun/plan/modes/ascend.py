@@ -34,9 +34,9 @@ from marun.inputs.ranktable import (
     RankTable,
     RankTableNotReady,
     Server,
-    layout_notes,
 )
 from marun.inputs.ranktable_platform import (
+    layout_notes,
     load_platform_rank_table,
     plans_per_device,
     rank_id_from_env,

@@ -159,8 +159,8 @@ def _server_address(server: Server) -> str | None:
 def from_rank_table(
     platform: Platform, all_nodes: bool, override: str | None, raw_path: str
 ) -> Layout:
-    from marun.inputs.ranktable import layout_notes
     from marun.inputs.ranktable_platform import (
+        layout_notes,
         load_platform_rank_table,
         plans_per_device,
         rank_id_from_env,
