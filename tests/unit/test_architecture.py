@@ -116,3 +116,24 @@ def test_nothing_is_imported_by_the_package_itself() -> None:
     """`import marun` costs nothing: `marun run` sits in front of every training process."""
     for init in [PACKAGE / "__init__.py", *(p / "__init__.py" for p in SUBPACKAGES)]:
         assert _imports(init) == [], f"{init}: imports at package import time"
+
+
+# Sizes a newcomer can read (part 12): held in the parts below; marun.mpi, marun.job and
+# marun.runtime join the list as their splits land.
+SIZED = ("plan", "inputs", "sim", "cli", "entry", "doctor", "launch", "run_argv")
+MAX_MODULE_LINES = 450
+MAX_FUNCTION_LINES = 60
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in SOURCES if _part(_module_name(p)) in SIZED],
+    ids=lambda p: str(p.relative_to(PACKAGE)),
+)
+def test_modules_and_functions_stay_small(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= MAX_MODULE_LINES, f"{path}: split it along a seam"
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            length = (node.end_lineno or node.lineno) - node.lineno + 1
+            assert length <= MAX_FUNCTION_LINES, f"{path}:{node.lineno}: {node.name}, {length} lines"

@@ -70,26 +70,36 @@ def run_mpi_simulation(
             )
             if i == 0 and show_plan:
                 _show_mpi_plan(cluster, platform, env, options)
-            inner = (
-                platform.python, "-m", "marun", "run", "--mode", "mpi", *options,
-                "--", *script_words(platform),
-            )  # fmt: skip
-            processes.append(
-                ProcessSpec(
-                    name=f"node{i}",
-                    argv=tuple(cluster.command(i, inner, pid1=True, cwd=platform.cwd)),
-                    env=env,
-                    cwd=platform.cwd,
-                    log=os.path.join(sim_dir, f"node{i}", "marun.log"),
-                    role="node",
-                )
-            )
+            processes.append(_host_process(cluster, i, platform, env, options, sim_dir))
         plan = LaunchPlan(
             "simulate-mpi",
             (NodePlan(0, "localhost", processes=tuple(processes)),),
             supervision=watching,
         )
         return execute(plan)
+
+
+def _host_process(
+    cluster: NetnsCluster,
+    i: int,
+    platform: Platform,
+    env: Mapping[str, str],
+    options: Sequence[str],
+    sim_dir: str,
+) -> ProcessSpec:
+    """Host i's `marun run --mode mpi`, PID 1 of its own PID namespace, as in a container."""
+    inner = (
+        platform.python, "-m", "marun", "run", "--mode", "mpi", *options,
+        "--", *script_words(platform),
+    )  # fmt: skip
+    return ProcessSpec(
+        name=f"node{i}",
+        argv=tuple(cluster.command(i, inner, pid1=True, cwd=platform.cwd)),
+        env=dict(env),
+        cwd=platform.cwd,
+        log=os.path.join(sim_dir, f"node{i}", "marun.log"),
+        role="node",
+    )
 
 
 def _ssh_secret(sim_dir: str) -> str:

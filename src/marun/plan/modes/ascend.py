@@ -110,6 +110,18 @@ def _process(
     )
 
 
+def _interfaces(platform: Platform, first: Server) -> tuple[dict[str, str] | None, set[str]]:
+    """(HCCL_SOCKET_IFNAME for every server, when a configured NIC or variable fixes it; else
+    this host's addresses, to find each server's interface by). The interfaces are read once
+    for the whole plan (a plan of every node of a 1,024-server table read them once per
+    server), and with a configured NIC the answer is the same for all."""
+    if platform.env.get("HCCL_SOCKET_IFNAME") or platform.settings.nic:
+        return _hccl_ifname(platform, first, set()), set()
+    from marun.inputs.nic import ipv4_by_interface
+
+    return None, {a for addrs in ipv4_by_interface().values() for a in addrs}
+
+
 def _planned_servers(
     platform: Platform,
     table: RankTable,
@@ -154,16 +166,7 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     notes: list[str] = []
     indexes = _planned_servers(platform, table, own_rank, per_device, all_nodes, notes)
 
-    # The interfaces are read once for the whole plan (a plan of every node of a 1,024-server
-    # table read them once per server), and with a configured NIC the answer is the same for all.
-    fixed: dict[str, str] | None = None
-    local: set[str] = set()
-    if platform.env.get("HCCL_SOCKET_IFNAME") or platform.settings.nic:
-        fixed = _hccl_ifname(platform, table.servers[indexes[0]], local)
-    else:
-        from marun.inputs.nic import ipv4_by_interface
-
-        local = {a for addrs in ipv4_by_interface().values() for a in addrs}
+    fixed, local = _interfaces(platform, table.servers[indexes[0]])
     nodes = []
     for index in indexes:
         server = table.servers[index]
