@@ -136,4 +136,5 @@ def test_modules_and_functions_stay_small(path: Path) -> None:
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             length = (node.end_lineno or node.lineno) - node.lineno + 1
-            assert length <= MAX_FUNCTION_LINES, f"{path}:{node.lineno}: {node.name}, {length} lines"
+            where = f"{path}:{node.lineno}: {node.name}"
+            assert length <= MAX_FUNCTION_LINES, f"{where}, {length} lines"
