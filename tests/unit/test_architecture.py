@@ -138,3 +138,36 @@ def test_modules_and_functions_stay_small(path: Path) -> None:
             length = (node.end_lineno or node.lineno) - node.lineno + 1
             where = f"{path}:{node.lineno}: {node.name}"
             assert length <= MAX_FUNCTION_LINES, f"{where}, {length} lines"
+
+
+def _graph() -> dict[str, set[str]]:
+    """module -> the modules of marun it imports (lazy ones too), as far as they are modules."""
+    names = {_module_name(p) for p in SOURCES}
+    graph: dict[str, set[str]] = {}
+    for path in SOURCES:
+        targets = set()
+        for _, imported in _imports(path):
+            target = imported
+            while target not in names and "." in target:
+                target = target.rsplit(".", 1)[0]  # `from marun.x import name`: module marun.x
+            if target in names:
+                targets.add(target)
+        graph[_module_name(path)] = targets - {_module_name(path)}
+    return graph
+
+
+def test_no_import_circle_through_the_plan_floor() -> None:
+    """No module of inputs/, plan/ or launch imports, directly or not, one that imports it
+    back (the plan value, its coordination section and the planners once made a circle)."""
+    graph = _graph()
+    for start in graph:
+        if _part(start) not in ("inputs", "plan", "launch"):
+            continue
+        seen: set[str] = set()
+        todo = list(graph[start])
+        while todo:
+            module = todo.pop()
+            assert module != start, f"{start} imports itself back through {sorted(seen)}"
+            if module not in seen:
+                seen.add(module)
+                todo.extend(graph.get(module, ()))
