@@ -10,8 +10,6 @@ runs on the job's spine (part 12, item 1).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 
 from marun.errors import InputError, bad_value
@@ -63,6 +61,9 @@ def job_id(
     its hosts. Two jobs that share all of these (no name, one init_method, hosts unknown) are
     still told apart at run time: a node's marun that is already there keeps its place
     (docs/supervision.md, "How jobs are told apart")."""
+    import hashlib  # here: OpenSSL's library costs a single-node run's exec path 3 MiB
+    import json
+
     what = [name or "", mode, leader, port, nodes, slots, list(hosts)]
     digest = hashlib.sha256(json.dumps(what).encode()).hexdigest()[:12]
     return f"{name or '-'}.{digest}"
