@@ -92,6 +92,13 @@ class Platform:
     def is_root(self) -> bool:
         return self.uid == 0
 
+    def run_dir(self) -> str:
+        """Where marun writes a run's generated files: the run_dir setting (relative to the
+        working directory), else $TMPDIR/marun-<uid>. The one place this is decided."""
+        from marun.inputs.settings import default_run_dir
+
+        return os.path.join(self.cwd, self.settings.run_dir or default_run_dir(self.env))
+
     def ssh_dir(self) -> str:
         """Where the platform mounts the job's ssh key (Volcano's ssh secret): the ssh_dir
         setting, else ~/.ssh of this environment's HOME. The one place this is decided (the
