@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 
@@ -31,16 +32,59 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+# `marun plan` starts nothing and reads only its environment, working directory and arguments:
+# tests/unit runs it in this process (the same entry point, `marun.entry.main`), so that a unit
+# test starts no process; tests/cli keeps driving the real command. MARUN_TEST_SUBPROCESS=1
+# runs it as `python -m marun` in tests/unit too.
+_IN_PROCESS = ("plan",)
+_SUBPROCESS = os.environ.get("MARUN_TEST_SUBPROCESS") == "1"
+
+
+def _in_process(args: Sequence[str], env: Mapping[str, str], cwd: str | None) -> CompletedProcess:
+    import contextlib
+    import io
+
+    from marun.entry import main
+
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main(list(args))
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        os.chdir(saved_cwd)
+    return subprocess.CompletedProcess(
+        [sys.executable, "-m", "marun", *args], code, out.getvalue(), err.getvalue()
+    )
+
+
 def run_marun(
     args: Sequence[str],
     env: Mapping[str, str] | None = None,
     cwd: str | Path | None = None,
     timeout: float = 60,
 ) -> subprocess.CompletedProcess[str]:
-    """Run `python -m marun ARGS` (the real CLI) and capture its output."""
+    """Run `marun ARGS` (the real CLI) and capture its output: `marun plan` in this process,
+    anything else as `python -m marun` in a process of its own."""
+    full = clean_env(env)
+    # An interpreter setting (PYTHONPROFILEIMPORTTIME, ...) needs an interpreter of its own.
+    interpreter = any(k.startswith("PYTHON") for k in (env or {}))
+    unit = "/tests/unit/" in sys._getframe(1).f_code.co_filename  # tests/cli: a real process
+    if unit and args[:1] and args[0] in _IN_PROCESS and not interpreter and not _SUBPROCESS:
+        return _in_process(args, full, str(cwd) if cwd else None)
     return subprocess.run(
         [sys.executable, "-m", "marun", *args],
-        env=clean_env(env),
+        env=full,
         cwd=str(cwd) if cwd else None,
         capture_output=True,
         text=True,

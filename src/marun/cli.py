@@ -203,8 +203,8 @@ def plan(
 ) -> None:
     """Print what `marun run` would start with these inputs (nothing is started; a name that
     does not resolve yet is not waited for)."""
+    from marun.launch import plan_from_environment
     from marun.log import set_verbose
-    from marun.plan.modes import plan_from_environment
     from marun.plan.render import render
 
     set_verbose(verbose)
@@ -245,8 +245,8 @@ def run(
     verbose: VerboseOpt = False,
 ) -> None:
     """Start this node's part of the job, supervise it, and exit with its status."""
+    from marun.launch import run_node
     from marun.log import set_verbose
-    from marun.runtime.start import run_node
 
     set_verbose(verbose)
     settings = _setting_options(locals())
@@ -305,12 +305,15 @@ def simulate(
 
 
 @app.command(
+    context_settings=_CTX,
     epilog=_examples(
         "marun doctor",
         "marun doctor --mode mpi --format json",
-    )
+        "marun doctor --mode pytorch -- train.py --init_method tcp://10.0.0.1:29500",
+    ),
 )
 def doctor(
+    command: CommandArg = None,
     mode: Annotated[
         Optional[Mode],
         typer.Option("--mode", help="also check what this mode needs (framework, mpirun, ports)"),
@@ -323,11 +326,12 @@ def doctor(
     nic: NicOpt = None,
 ) -> None:
     """Preflight: Python, dependencies, framework, mpirun/sshd, ssh keys, NICs, host name,
-    rank table, ports. Exit 1 when a check fails."""
+    rank table, ports; with the start command after `--`, this node's plan as `marun run` would
+    make it (and its ports). Exit 1 when a check fails."""
     from marun.doctor import doctor_here
 
     out_fmt = fmt.value if fmt else ("table" if sys.stdout.isatty() else "json")
-    text, code = doctor_here(mode.value if mode else None, config, nic, out_fmt)
+    text, code = doctor_here(mode.value if mode else None, config, nic, out_fmt, command or [])
     sys.stdout.write(text)
     raise typer.Exit(code)
 

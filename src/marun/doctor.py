@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
@@ -145,7 +144,7 @@ def _mode_problem(path: Path, uid: int, private: bool) -> str | None:
 def check_ssh_keys(platform: Platform, required: bool) -> list[Check]:
     """The classic "bad ownership or modes" failures (kubeflow/mpi-operator #424, Volcano
     #1606) before sshd or ssh trip over them mid-job."""
-    ssh_dir = Path(platform.settings.ssh_dir or Path.home() / ".ssh")
+    ssh_dir = Path(platform.ssh_dir())
     if not ssh_dir.is_dir():
         status = WARN if required else SKIP
         detail = (
@@ -251,26 +250,29 @@ def _ports(platform: Platform, mode: str | None) -> list[tuple[str, int]]:
 
 
 def check_ports(platform: Platform, mode: str | None) -> list[Check]:
+    return _port_checks(_ports(platform, mode))
+
+
+def _port_checks(ports: Sequence[tuple[str, int]]) -> list[Check]:
+    from marun.inputs.port_probe import bind_error
+
     checks = []
-    for name, port in _ports(platform, mode):
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            sock.bind(("0.0.0.0", port))
-        except OSError as exc:
+    for name, port in ports:
+        exc = bind_error(port)  # as `marun run` checks it before anything starts
+        if exc is not None:
             checks.append(
                 Check(f"port {port}", FAIL, f"{name}={port} cannot be bound: {exc.strerror}")
             )
         else:
             checks.append(Check(f"port {port}", OK, f"{name}={port} is free"))
-        finally:
-            sock.close()
     return checks
 
 
 def check_job_secret(platform: Platform, mode: str | None) -> list[Check]:
     """A multi-node job's coordination without a secret: anyone on the job's hosts can forge
     a failure that stops the job (docs/supervision.md, "Trust")."""
-    from marun.plan.coordination import NO_SECRET_NOTE, TOKEN_VAR, ssh_key_path
+    from marun.plan.coordinate import ssh_key_path
+    from marun.plan.coordination import NO_SECRET_NOTE, TOKEN_VAR
 
     try:
         nodes = platform.num_hosts()
@@ -286,14 +288,39 @@ def check_job_secret(platform: Platform, mode: str | None) -> list[Check]:
     return [Check("job secret", WARN, NO_SECRET_NOTE.removeprefix("WARNING: "))]
 
 
-def run_checks(platform: Platform, mode: str | None) -> list[Check]:
+def check_plan(platform: Platform, mode: str | None) -> list[Check]:
+    """With the start command (`marun doctor -- SCRIPT [ARGS...]`): this node's plan, built as
+    `marun plan` builds it (a dry run, through marun.launch), so doctor cannot disagree with
+    `marun run`: what it refuses, and every port its processes and the job's coordination will
+    listen on, checked as `marun run` checks them before anything starts."""
+    from dataclasses import replace
+
+    from marun.launch import build_plan
+
+    try:
+        plan = build_plan(mode or "auto", replace(platform, dry_run=True))
+    except InputError as exc:
+        return [Check("plan", FAIL, str(exc))]
+    count = sum(len(n.processes) for n in plan.nodes)
+    checks = [Check("plan", OK, f"{plan.mode}: {count} process(es) on this node")]
+    ports = [(p.name, port) for n in plan.nodes for p in n.processes for port in p.listens]
+    coord = plan.coordination
+    if coord is not None and coord.index == coord.leader and coord.slot == 0:
+        ports.append(("job_port", coord.port))  # node 0's marun listens for the others
+    return checks + _port_checks(ports)
+
+
+def run_checks(platform: Platform, mode: str | None, command: Sequence[str] = ()) -> list[Check]:
     checks = [check_python(), *check_dependencies(), *check_framework(mode)]
     checks += check_mpi_tools(platform, required=mode == "mpi")
     checks += check_ssh_keys(platform, required=mode == "mpi")
     checks += check_network(platform)
     checks.append(check_hostname(platform))
     checks.append(check_rank_table(platform))
-    checks += check_ports(platform, mode)
+    if command:
+        checks += check_plan(platform, mode)
+    else:
+        checks += check_ports(platform, mode)
     checks += check_job_secret(platform, mode)
     return checks
 
@@ -315,21 +342,25 @@ def exit_code(checks: Sequence[Check]) -> int:
     return 1 if any(c.status == FAIL for c in checks) else 0
 
 
-def doctor_here(mode: str | None, config: str | None, nic: str | None, fmt: str) -> tuple[str, int]:
+def doctor_here(
+    mode: str | None,
+    config: str | None,
+    nic: str | None,
+    fmt: str,
+    command: Sequence[str] = (),
+) -> tuple[str, int]:
     """`marun doctor` on this machine: (the report in `fmt`, the exit code). `mode` "auto" is
-    what the platform's hints say, or none when they say nothing."""
+    what the platform's hints say, or none when they say nothing. `command`: the start command
+    (the script and the platform's appended arguments), whose plan is then checked too."""
     from marun.errors import MarunError
-    from marun.inputs.injected import read_platform
-    from marun.inputs.settings import load_settings
+    from marun.launch import read_inputs
     from marun.plan.modes import detect_mode
 
-    env = dict(os.environ)
-    cwd = os.getcwd()
-    platform = read_platform([], env, cwd, load_settings({"nic": nic}, env, cwd, config).settings)
+    platform = read_inputs(command, config, {"nic": nic})
     if mode == "auto":
         try:
             mode = detect_mode(platform)
         except MarunError:
             mode = None
-    checks = run_checks(platform, mode)
+    checks = run_checks(platform, mode, command)
     return render_checks(checks, "json" if fmt == "json" else "table"), exit_code(checks)

@@ -15,7 +15,7 @@ def main(argv: list[str] | None = None) -> None:
 
         parsed = parse_run(args[1:])
         if parsed is not None:
-            from marun.runtime.start import run_node
+            from marun.launch import run_node
 
             if parsed.verbose:
                 from marun.log import set_verbose
@@ -29,12 +29,6 @@ def main(argv: list[str] | None = None) -> None:
             except MarunError as exc:
                 sys.stderr.write(f"marun: error: {exc}\n")
                 sys.exit(exc.exit_code)
-            except KeyboardInterrupt:  # Ctrl-C before the job starts: 130, as typer ends it
-                import signal
-
-                from marun.runtime.signals import exit_code_for
-
-                sys.exit(exit_code_for(signal.SIGINT))
             _exit_at_once(code)
     from marun.cli import main as typer_main
 

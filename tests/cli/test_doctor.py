@@ -166,3 +166,31 @@ def test_a_multi_node_job_without_a_secret_is_warned(tmp_path: Path, ssh_dir: Pa
     assert keyed["job secret"]["status"] == "ok"
     _, single = doctor(tmp_path, "--mode", "pytorch", MARUN_SSH_DIR=str(empty))
     assert "job secret" not in single
+
+
+def test_with_the_start_command_doctor_checks_the_plan_run_would_make(
+    tmp_path: Path, ssh_dir: Path
+) -> None:
+    """`marun doctor -- SCRIPT ARGS`: this node's plan, built as `marun plan` builds it; its
+    refusal is doctor's failure, and the ports it checks are the plan's (the rendezvous of
+    rank 0, node 0's job port), bound as `marun run` binds them."""
+    (tmp_path / "train.py").write_text("print(1)\n")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        args = ["--mode", "pytorch", "--", "train.py", "--init_method", f"tcp://127.0.0.1:{taken}"]
+        code, checks = doctor(tmp_path, *args, MARUN_SSH_DIR=str(ssh_dir))
+    assert checks["plan"]["status"] == "ok", checks
+    assert checks[f"port {taken}"]["status"] == "fail"
+    assert f"rank0={taken}" in checks[f"port {taken}"]["detail"]
+    assert code == 1
+    res = run_marun(
+        ["plan", "--mode", "pytorch", "--", "train.py"],
+        cwd=tmp_path,
+        env={"MARUN_SSH_DIR": str(ssh_dir)},
+    )
+    code, checks = doctor(tmp_path, "--mode", "pytorch", "--", "train.py")
+    assert checks["plan"]["status"] == "fail"
+    assert checks["plan"]["detail"] == res.stderr.strip().removeprefix("marun: error: ")
+    assert code == 1

@@ -25,12 +25,14 @@ ALLOWED: dict[str, set[str]] = {
     "runtime": {"inputs", "plan"},
     "mpi": {"inputs", "plan", "runtime"},
     "job": {"inputs", "plan", "runtime"},
-    "sim": {"inputs", "plan", "runtime", "mpi", "job"},
-    "doctor": {"inputs", "plan", "runtime", "mpi", "job"},
-    "cli": {"inputs", "plan", "runtime", "mpi", "job", "sim", "doctor", "run_argv"},
-    # `marun run`'s start path: a hand parser (run_argv) and runtime.start, typer only when unsure
+    # The composition root: inputs -> plan -> the job's link -> runtime, every planner by name.
+    "launch": {"inputs", "plan", "runtime", "mpi", "job"},
+    "sim": {"inputs", "plan", "runtime", "mpi", "job", "launch", "run_argv"},
+    "doctor": {"inputs", "plan", "runtime", "mpi", "job", "launch"},
+    "cli": {"inputs", "plan", "runtime", "mpi", "job", "sim", "doctor", "run_argv", "launch"},
+    # `marun run`'s start path: a hand parser (run_argv) and launch, typer only when unsure
     "run_argv": set(),
-    "entry": {"run_argv", "runtime", "cli"},
+    "entry": {"run_argv", "launch", "cli"},
     "__main__": {"entry"},
     "__init__": set(),
 }
@@ -69,6 +71,17 @@ def _imports(path: Path) -> list[tuple[int, str]]:
 SOURCES = sorted(PACKAGE.rglob("*.py"))
 
 
+def test_no_import_by_name() -> None:
+    """No `import_module("marun...")` / `__import__`: an import the rules below cannot see."""
+    for path in SOURCES:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+                assert name not in ("import_module", "__import__"), (
+                    f"{path}:{node.lineno}: import by name; import it for real"
+                )
+
+
 def test_no_relative_imports() -> None:
     """Absolute imports only, so that the rules below see every edge."""
     for path in SOURCES:
@@ -103,3 +116,58 @@ def test_nothing_is_imported_by_the_package_itself() -> None:
     """`import marun` costs nothing: `marun run` sits in front of every training process."""
     for init in [PACKAGE / "__init__.py", *(p / "__init__.py" for p in SUBPACKAGES)]:
         assert _imports(init) == [], f"{init}: imports at package import time"
+
+
+# Sizes a newcomer can read (part 12): held in the parts below; marun.mpi, marun.job and
+# marun.runtime join the list as their splits land.
+SIZED = ("plan", "inputs", "sim", "cli", "entry", "doctor", "launch", "run_argv")
+MAX_MODULE_LINES = 450
+MAX_FUNCTION_LINES = 60
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in SOURCES if _part(_module_name(p)) in SIZED],
+    ids=lambda p: str(p.relative_to(PACKAGE)),
+)
+def test_modules_and_functions_stay_small(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= MAX_MODULE_LINES, f"{path}: split it along a seam"
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            length = (node.end_lineno or node.lineno) - node.lineno + 1
+            where = f"{path}:{node.lineno}: {node.name}"
+            assert length <= MAX_FUNCTION_LINES, f"{where}, {length} lines"
+
+
+def _graph() -> dict[str, set[str]]:
+    """module -> the modules of marun it imports (lazy ones too), as far as they are modules."""
+    names = {_module_name(p) for p in SOURCES}
+    graph: dict[str, set[str]] = {}
+    for path in SOURCES:
+        targets = set()
+        for _, imported in _imports(path):
+            target = imported
+            while target not in names and "." in target:
+                target = target.rsplit(".", 1)[0]  # `from marun.x import name`: module marun.x
+            if target in names:
+                targets.add(target)
+        graph[_module_name(path)] = targets - {_module_name(path)}
+    return graph
+
+
+def test_no_import_circle_through_the_plan_floor() -> None:
+    """No module of inputs/, plan/ or launch imports, directly or not, one that imports it
+    back (the plan value, its coordination section and the planners once made a circle)."""
+    graph = _graph()
+    for start in graph:
+        if _part(start) not in ("inputs", "plan", "launch"):
+            continue
+        seen: set[str] = set()
+        todo = list(graph[start])
+        while todo:
+            module = todo.pop()
+            assert module != start, f"{start} imports itself back through {sorted(seen)}"
+            if module not in seen:
+                seen.add(module)
+                todo.extend(graph.get(module, ()))

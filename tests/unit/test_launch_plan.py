@@ -14,9 +14,9 @@ from conftest import DATA, run_marun
 from marun.errors import InputError
 from marun.inputs.injected import read_platform
 from marun.inputs.settings import Settings
+from marun.launch import build_plan
 from marun.plan.console_selection import ConsoleSelection
 from marun.plan.launch_plan import FileSpec, LaunchPlan, NodePlan, ProcessSpec, Supervision
-from marun.plan.modes import build_plan
 from marun.plan.render import render_json
 
 INIT = ["--init_method", "tcp://127.0.0.1:29500", "--rank", "0", "--world_size", "2"]

@@ -83,7 +83,7 @@ def test_mindspore_from_a_rank_table_plans_each_worker_on_its_own_start(
     is one slot of its server's coordination."""
     from marun.inputs.injected import read_platform
     from marun.inputs.settings import Settings
-    from marun.plan.modes import build_plan
+    from marun.launch import build_plan
 
     table = _loopback_table(tmp_path / "table.json", servers, devices)
     (tmp_path / "train.py").write_text("pass\n")

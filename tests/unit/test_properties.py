@@ -258,8 +258,8 @@ def test_every_planner_plans_or_refuses(
 ) -> None:
     from marun.inputs.injected import read_platform
     from marun.inputs.settings import Settings
+    from marun.launch import build_plan
     from marun.plan.launch_plan import LaunchPlan
-    from marun.plan.modes import build_plan
 
     (tmp_path / "train.py").write_text("")
     (tmp_path / "rt.json").write_text(table)

@@ -21,7 +21,8 @@ import pytest
 
 from conftest import DATA, run_marun
 from marun.errors import InputError
-from marun.inputs.ranktable import layout_notes, load_rank_table, parse_rank_table
+from marun.inputs.ranktable import parse_rank_table
+from marun.inputs.ranktable_platform import layout_notes, load_rank_table
 
 TABLES = DATA / "ranktables"
 

@@ -13,7 +13,7 @@ import pytest
 
 from marun.inputs.injected import read_platform
 from marun.inputs.settings import Settings
-from marun.plan.modes import build_plan
+from marun.launch import build_plan
 from marun.plan.render import indented_json, masked_dict, render_json
 
 ODD = [

@@ -92,6 +92,20 @@ class Platform:
     def is_root(self) -> bool:
         return self.uid == 0
 
+    def run_dir(self) -> str:
+        """Where marun writes a run's generated files: the run_dir setting (relative to the
+        working directory), else $TMPDIR/marun-<uid>. The one place this is decided."""
+        from marun.inputs.settings import default_run_dir
+
+        return os.path.join(self.cwd, self.settings.run_dir or default_run_dir(self.env))
+
+    def ssh_dir(self) -> str:
+        """Where the platform mounts the job's ssh key (Volcano's ssh secret): the ssh_dir
+        setting, else ~/.ssh of this environment's HOME. The one place this is decided (the
+        job secret's key and doctor's key checks read it from here)."""
+        home = self.env.get("HOME") or os.path.expanduser("~")
+        return self.settings.ssh_dir or os.path.join(home, ".ssh")
+
 
 def resolve_command(command: Sequence[str], cwd: str, python: str) -> tuple[str, ...]:
     """The argv that starts the user's script: a `.py` file runs under marun's own interpreter,

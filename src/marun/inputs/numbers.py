@@ -41,6 +41,11 @@ def parse_int(name: str, raw: object, minimum: int = 0, maximum: int = MAX_RANKS
     return value
 
 
+def is_port(value: int) -> bool:
+    """A TCP port number (1-65535): the one bound every port of the inputs is checked against."""
+    return PORT_MIN <= value <= PORT_MAX
+
+
 def parse_port(name: str, raw: object, minimum: int = PORT_MIN) -> int:
     return parse_int(name, raw, minimum, PORT_MAX)
 

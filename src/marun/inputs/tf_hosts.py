@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 from marun.errors import bad_value
-from marun.inputs.numbers import is_digits
+from marun.inputs.numbers import is_digits, is_port
 
 # A DNS name or IPv4 address, or an IPv6 address in brackets (`[::1]:5000`).
 _HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?|\[[0-9A-Fa-f:.]+\]")
@@ -37,7 +37,7 @@ def split_address(address: str) -> tuple[str, int] | None:
     if not sep or not _HOST.fullmatch(host) or not is_digits(port) or len(port) > 5:
         return None
     number = int(port)
-    return (host, number) if 1 <= number <= 65535 else None
+    return (host, number) if is_port(number) else None
 
 
 def parse_host_list(flag: str, raw: str) -> tuple[str, ...]:

@@ -23,6 +23,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from marun.plan.coordination import TOKEN_VAR
+
 MAX_LINE = 1 << 20  # a line longer than this is not ours (stacks of every rank fit)
 MAX_HELLO_LINE = 8 << 10  # before a connection's hello: a hello is a few hundred bytes
 _MAC_HEX = 64  # HMAC-SHA256, in hex
@@ -56,7 +58,7 @@ def job_secret(env: Mapping[str, str], ssh_key: str | None) -> bytes:
     """MARUN_JOB_TOKEN, else the content of Volcano's ssh private key (every node of the job has
     the same, nobody else has it), else nothing. The token is used as the bytes the environment
     holds: one that is not UTF-8 (Python keeps it as lone surrogates) is as good a secret."""
-    token = env.get("MARUN_JOB_TOKEN")
+    token = env.get(TOKEN_VAR)
     if token:
         return token.encode("utf-8", "surrogateescape")
     if ssh_key and os.path.isfile(ssh_key):

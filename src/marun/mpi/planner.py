@@ -76,6 +76,7 @@ from marun.inputs.numbers import MAX_PROCS_PER_NODE, parse_int, parse_port
 from marun.inputs.settings import Settings, default_run_dir
 from marun.mpi import run_dir as run_files
 from marun.mpi.sshd_config import render_sshd_config, session_env
+from marun.plan.coordination import JobShape
 from marun.plan.launch_plan import FileSpec, LaunchPlan, NodePlan, ProcessSpec
 from marun.plan.modes.common import log_dir, script_argv
 from marun.redact import is_secret_name, mask_argv
@@ -706,4 +707,7 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
                 role="follower",
             )
         nodes.append(NodePlan(index, layout.hosts[index], node_files, (sshd_proc, helper)))
-    return LaunchPlan("mpi", tuple(nodes), _notes(platform, layout, sshd, nic, held))
+    notes = _notes(platform, layout, sshd, nic, held)
+    # Node 0 runs mpirun and leads; the others serve sshd only (MA_NUM_HOSTS nodes).
+    shape = JobShape(host=layout.hosts[0], nodes=hosts, index=this_node)
+    return LaunchPlan("mpi", tuple(nodes), notes, shape=shape)

@@ -11,13 +11,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from marun.plan.coordination import Coordination
+from typing import Any
 
 from marun.errors import InputError, bad_value
 from marun.plan.console_selection import ConsoleSelection
+from marun.plan.coordination import Coordination, JobShape, coordination_from_dict
 
 SCHEMA_VERSION = 1
 
@@ -155,8 +153,12 @@ class LaunchPlan:
     nodes: tuple[NodePlan, ...]
     notes: tuple[str, ...] = field(default=())
     supervision: Supervision = field(default_factory=Supervision)
-    # How this node's marun joins the job's others (multi-node jobs of every mode but MPI).
+    # How this node's marun joins the job's others (multi-node jobs of every mode but MPI):
+    # built by marun.plan.coordinate from `shape`, never by the planner.
     coordination: Coordination | None = None
+    # The job's shape as the planner knows it (every planner states one; not part of the JSON
+    # form, whose `coordination` says what run needs of it).
+    shape: JobShape | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -199,8 +201,6 @@ class LaunchPlan:
     def from_dict(cls, data: Mapping[str, Any]) -> LaunchPlan:
         """The inverse of `to_dict` (a `marun plan --format json` read back; masked secrets stay
         masked). Fields added after a document was written take their defaults."""
-        from marun.plan.coordination import coordination_from_dict
-
         if data.get("schema") != SCHEMA_VERSION:
             raise bad_value("plan schema", data.get("schema"), f"{SCHEMA_VERSION}")
         try:
@@ -217,6 +217,26 @@ class LaunchPlan:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"plan: not a plan of schema {SCHEMA_VERSION} ({exc!r})") from None
+
+
+def node_execs(plan: LaunchPlan, node: NodePlan) -> bool:
+    """Whether `marun run` execs `node`'s plan (marun becomes its process) rather than
+    supervising it: one process, not a daemon, not one to restart on failure, on a node that
+    coordinates with no other. The one place this is decided (the plan's notes, its rendering
+    and the runtime ask here); the runtime adds what only it knows (marun as PID 1 never execs),
+    and `--supervise` (Supervision.always_supervise) keeps marun in front."""
+    procs = node.processes
+    return (
+        plan.coordination is None
+        and len(procs) == 1
+        and not procs[0].daemon
+        and not procs[0].restart_on_failure
+    )
+
+
+def execs_lone_process(plan: LaunchPlan) -> bool:
+    """`node_execs` for this node's plan (a plan of one node)."""
+    return len(plan.nodes) == 1 and node_execs(plan, plan.nodes[0])
 
 
 def _node_from_dict(data: Mapping[str, Any]) -> NodePlan:

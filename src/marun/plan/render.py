@@ -9,7 +9,7 @@ import shlex
 from json.encoder import encode_basestring_ascii as _string
 from typing import Any
 
-from marun.plan.launch_plan import LaunchPlan, NodePlan
+from marun.plan.launch_plan import LaunchPlan, NodePlan, node_execs
 from marun.redact import mask_argv, mask_env
 
 
@@ -101,14 +101,7 @@ def _indent(text: str, prefix: str) -> str:
 def _execs(plan: LaunchPlan, node: NodePlan) -> bool:
     """Whether `marun run` execs this node's one process (marun.runtime.execute decides the
     same way; PID 1 aside, which the plan cannot know)."""
-    procs = node.processes
-    return (
-        len(procs) == 1
-        and not procs[0].daemon
-        and not procs[0].restart_on_failure
-        and plan.coordination is None
-        and not plan.supervision.always_supervise
-    )
+    return node_execs(plan, node) and not plan.supervision.always_supervise
 
 
 def _how_marun_runs(plan: LaunchPlan) -> str:
@@ -165,34 +158,39 @@ def render_table(plan: LaunchPlan) -> str:
     if plan.coordination is not None:
         out.append(plan.coordination.describe())
     for node in data["nodes"]:
-        out.append("")
-        out.append(f"node {node['index']}  {node['host']}")
-        rows = [
-            (
-                p["name"],
-                p["role"]
-                + (" (daemon)" if p["daemon"] else "")
-                + (" (restarts)" if p["restart_on_failure"] else ""),
-                "-" if p["rank"] is None else str(p["rank"]),
-                shlex.join(p["argv"]),
-            )
-            for p in node["processes"]
-        ]
-        header = ("PROCESS", "ROLE", "RANK", "COMMAND")
-        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
-        w0, w1, w2 = widths
-        fmt = f"  {{:<{w0}}}  {{:<{w1}}}  {{:>{w2}}}  {{}}"
-        out.append(fmt.format(*header))
-        for row in rows:
-            out.append(fmt.format(*row))
-        for p in node["processes"]:
-            out.append(f"  {p['name']}: cwd {p['cwd']}  log {p['log']}")
-            for key, value in sorted(p["env"].items()):
-                out.append(f"      {key}={value}")
-        for f in node["files"]:
-            out.append(f"  file {f['path']} (mode {f['mode']}):")
-            out.append(_indent(f["content"], "      ").rstrip("\n"))
+        out += _node_lines(node)
     return "\n".join(out) + "\n"
+
+
+def _node_lines(node: dict[str, Any]) -> list[str]:
+    """One node of the table: its processes, their cwd, log and env; its files."""
+    out = ["", f"node {node['index']}  {node['host']}"]
+    rows = [
+        (
+            p["name"],
+            p["role"]
+            + (" (daemon)" if p["daemon"] else "")
+            + (" (restarts)" if p["restart_on_failure"] else ""),
+            "-" if p["rank"] is None else str(p["rank"]),
+            shlex.join(p["argv"]),
+        )
+        for p in node["processes"]
+    ]
+    header = ("PROCESS", "ROLE", "RANK", "COMMAND")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
+    w0, w1, w2 = widths
+    fmt = f"  {{:<{w0}}}  {{:<{w1}}}  {{:>{w2}}}  {{}}"
+    out.append(fmt.format(*header))
+    for row in rows:
+        out.append(fmt.format(*row))
+    for p in node["processes"]:
+        out.append(f"  {p['name']}: cwd {p['cwd']}  log {p['log']}")
+        for key, value in sorted(p["env"].items()):
+            out.append(f"      {key}={value}")
+    for f in node["files"]:
+        out.append(f"  file {f['path']} (mode {f['mode']}):")
+        out.append(_indent(f["content"], "      ").rstrip("\n"))
+    return out
 
 
 def render(plan: LaunchPlan, fmt: str) -> str:

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from marun._files import atomic_write, private_dir
 from marun.errors import InputError, MarunError
-from marun.plan.launch_plan import FileSpec, LaunchPlan, NodePlan, ProcessSpec
+from marun.plan.launch_plan import FileSpec, LaunchPlan, NodePlan, ProcessSpec, execs_lone_process
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # a single-node job loads nothing of the job's link
     from marun.runtime.joblink import JobLink
+
+    # Opens this node's link to the job's others (marun.launch.open_link: marun.job's, which
+    # the runtime never imports).
+    LinkOpener = Callable[[LaunchPlan], JobLink]
 
 
 def write_files(files: tuple[FileSpec, ...]) -> None:
@@ -37,21 +41,17 @@ def check_ports(node: NodePlan) -> None:
     """Every port a process of this node will listen on must be free now: a taken one (another
     job's scheduler, a leftover rank) is bad input, one line, before anything starts, instead of
     the framework's `address already in use` or its rendezvous time-out minutes later."""
-    import socket
+    from marun.inputs.port_probe import bind_error
 
     for proc in node.processes:
         for port in proc.listens:
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                # As the frameworks bind: a port in TIME_WAIT is free to them, and to us.
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    sock.bind(("0.0.0.0", port))
-                except OSError as exc:
-                    raise InputError(
-                        f"port {port} ({proc.name} listens on it) is taken on this node "
-                        f"({exc.strerror}); expected a free port: stop what holds it, or choose "
-                        "another (the rendezvous or scheduler port)"
-                    ) from None
+            exc = bind_error(port)
+            if exc is not None:
+                raise InputError(
+                    f"port {port} ({proc.name} listens on it) is taken on this node "
+                    f"({exc.strerror}); expected a free port: stop what holds it, or choose "
+                    "another (the rendezvous or scheduler port)"
+                )
 
 
 def exec_process(proc: ProcessSpec) -> None:
@@ -76,7 +76,7 @@ def exec_process(proc: ProcessSpec) -> None:
         raise MarunError(f"cannot start {proc.argv[0]!r}: {exc.strerror}") from None
 
 
-def execute(plan: LaunchPlan) -> int:
+def execute(plan: LaunchPlan, open_link: LinkOpener | None = None) -> int:
     """Run this node's plan and return marun's exit code.
 
     A plan of exactly one non-daemon process is exec'd (marun becomes it) unless its supervision
@@ -92,14 +92,7 @@ def execute(plan: LaunchPlan) -> int:
     # until the SIGKILL, and nobody would reap orphans. marun stays, relays and reaps (tini's job).
     # A coordinated node (one of several) stays too: it reports to node 0 and follows its stop.
     # A process MindSpore recovers must be restarted when it dies: marun stays in front of it.
-    lone = (
-        len(node.processes) == 1
-        and not node.processes[0].daemon
-        and os.getpid() != 1
-        and plan.coordination is None
-        and not node.processes[0].restart_on_failure
-    )
-    if lone and not plan.supervision.always_supervise:
+    if execs_lone_process(plan) and os.getpid() != 1 and not plan.supervision.always_supervise:
         write_files(node.files)
         exec_process(node.processes[0])
     if not node.processes:
@@ -109,7 +102,9 @@ def execute(plan: LaunchPlan) -> int:
 
     link = None
     if plan.coordination is not None:
-        link = _open_link(plan)
+        if open_link is None:
+            raise MarunError("a coordinated plan, and no way to join the job's other nodes")
+        link = open_link(plan)
     # Built first: what it refuses (a cwd or log it cannot create) is refused before any write.
     # marun simulate runs every node's marun on one console: it says so, and only node 0 then
     # prints the job's first failure with its last lines (the others, one line each).
@@ -117,29 +112,3 @@ def execute(plan: LaunchPlan) -> int:
     supervisor = Supervisor(plan, node, link=link, shared_console=shared)
     write_files(node.files)
     return supervisor.run()
-
-
-def _open_link(plan: LaunchPlan) -> JobLink:
-    """The coordination of a multi-node job (marun.job), loaded by name: the runtime never
-    imports it, and a single-node job never loads it."""
-    from importlib import import_module
-
-    from marun.log import get_logger, log_to_file
-
-    coord = plan.coordination
-    assert coord is not None
-    # The coordination's events (node_arrived, job_start, ...) go to this node's events file
-    # from the start, as the supervisor's do (marun.log).
-    node = plan.nodes[0]
-    if node.processes:
-        record_dir = plan.supervision.record_dir or os.path.dirname(node.processes[0].log)
-        with contextlib.suppress(OSError):
-            log_to_file(private_dir(record_dir, strict=False))
-    try:
-        link: JobLink = import_module("marun.job.link").open_link(plan, get_logger("marun.job"))
-    except OSError as exc:
-        raise MarunError(
-            f"job_port={coord.port}: node {coord.index} cannot listen for the job's nodes "
-            f"({exc.strerror}); expected a free port (set job_port)"
-        ) from None
-    return link

@@ -9,7 +9,7 @@ nodes, signals relayed, the job's exit status returned. Each inner run prefixes 
 `[node:rank]`; the outer supervisor adds nothing.
 
 `mpi` runs on simulated hosts instead: one network namespace per node (needs root), see
-`run_mpi_simulation`.
+marun.sim.simulate_mpi.
 
 `simulate(SimulateRequest)` is the whole command: it builds that plan and runs it through
 `marun.runtime.execute`, as `marun run` runs any plan.
@@ -26,18 +26,13 @@ import os
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from marun.errors import InputError, bad_value
 from marun.inputs.injected import Platform
-from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec, Supervision
-
-if TYPE_CHECKING:
-    from marun.sim.netns import NetnsCluster
+from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
+from marun.sim.shared import JOB, outer_supervision, script_words
 
 SIM_MODES = ("pytorch", "mindspore", "tensorflow", "ascend")
-JOB = "marun-sim"
 
 
 def free_port() -> int:
@@ -144,43 +139,56 @@ def containers(
             for i in range(nodes)
         ]
     if mode == "tensorflow":
-        if nodes == 1:
-            # One node: one container, nothing appended (the platform's single-node TF job).
-            return [Container("node0", _node_env(1, devices, 0), (), cwd, node_dir(0))]
-        ps = [f"127.0.0.1:{free_port()}" for _ in range(nodes)]
-        workers = [f"127.0.0.1:{free_port()}" for _ in range(nodes)]
-        out = []
-        for job in ("ps", "worker"):
-            for i in range(nodes):
-                appended = (
-                    "--task_index", str(i),
-                    "--ps_hosts", "[" + ",".join(ps) + "]",
-                    "--worker_hosts", "[" + ",".join(workers) + "]",
-                    "--job_name", job,
-                )  # fmt: skip
-                env = _node_env(nodes, devices, i, job)
-                # Servers never end by themselves: ps, and under a chief every other worker.
-                serves = job == "ps" or (tf_chief and i > 0)
-                out.append(
-                    Container(f"{job}{i}", env, appended, cwd, node_dir(i) + f"-{job}", serves)
-                )
-        return out
+        return _tensorflow_containers(nodes, devices, cwd, sim_dir, tf_chief)
     if mode == "ascend":
-        table = os.path.join(sim_dir, "rank_table.json")
-        out = []
-        for i in range(nodes):
-            for d in range(devices):
-                env = {
-                    **_node_env(nodes, devices, i),
-                    "RANK_TABLE_FILE": table,
-                    "RANK_ID": str(i * devices + d),
-                    "RANK_SIZE": str(nodes * devices),
-                    "ASCEND_DEVICE_ID": str(d),
-                }
-                # The platform runs the start file once per device, each in the node's cwd.
-                out.append(Container(f"node{i}-dev{d}", env, (), node_dir(i), node_dir(i)))
-        return out
+        return _ascend_containers(nodes, devices, sim_dir)
     raise bad_value("--mode", mode, "one of " + ", ".join(SIM_MODES) + " (mpi: see docs/mpi.md)")
+
+
+def _tensorflow_containers(
+    nodes: int, devices: int, cwd: str, sim_dir: str, tf_chief: bool
+) -> list[Container]:
+    """One ps and one worker container per node, the cluster's ports picked free."""
+    if nodes == 1:
+        # One node: one container, nothing appended (the platform's single-node TF job).
+        log = os.path.join(sim_dir, "node0")
+        return [Container("node0", _node_env(1, devices, 0), (), cwd, log)]
+    ps = [f"127.0.0.1:{free_port()}" for _ in range(nodes)]
+    workers = [f"127.0.0.1:{free_port()}" for _ in range(nodes)]
+    out = []
+    for job in ("ps", "worker"):
+        for i in range(nodes):
+            appended = (
+                "--task_index", str(i),
+                "--ps_hosts", "[" + ",".join(ps) + "]",
+                "--worker_hosts", "[" + ",".join(workers) + "]",
+                "--job_name", job,
+            )  # fmt: skip
+            env = _node_env(nodes, devices, i, job)
+            # Servers never end by themselves: ps, and under a chief every other worker.
+            serves = job == "ps" or (tf_chief and i > 0)
+            log = os.path.join(sim_dir, f"node{i}-{job}")
+            out.append(Container(f"{job}{i}", env, appended, cwd, log, serves))
+    return out
+
+
+def _ascend_containers(nodes: int, devices: int, sim_dir: str) -> list[Container]:
+    """One container per device (the platform runs the start file once per device, each in
+    the node's cwd), every one with the simulated rank table."""
+    table = os.path.join(sim_dir, "rank_table.json")
+    out = []
+    for i in range(nodes):
+        node_dir = os.path.join(sim_dir, f"node{i}")
+        for d in range(devices):
+            env = {
+                **_node_env(nodes, devices, i),
+                "RANK_TABLE_FILE": table,
+                "RANK_ID": str(i * devices + d),
+                "RANK_SIZE": str(nodes * devices),
+                "ASCEND_DEVICE_ID": str(d),
+            }
+            out.append(Container(f"node{i}-dev{d}", env, (), node_dir, node_dir))
+    return out
 
 
 def simulation_plan(
@@ -235,14 +243,6 @@ def simulation_plan(
     return plan, planned, sim_dir
 
 
-def script_words(platform: Platform) -> tuple[str, ...]:
-    """The user's command with a script path made absolute: an ascend node runs elsewhere."""
-    first = platform.command[0]
-    if first.endswith(".py") or os.sep in first:
-        first = os.path.abspath(os.path.join(platform.cwd, first))
-    return (first, *platform.command[1:])
-
-
 def write_inputs(mode: str, nodes: int, devices: int, sim_dir: str) -> None:
     os.makedirs(sim_dir, exist_ok=True)
     if mode == "ascend":
@@ -251,36 +251,30 @@ def write_inputs(mode: str, nodes: int, devices: int, sim_dir: str) -> None:
             json.dump(rank_table(nodes, devices), fh, indent=2)
 
 
-def inner_platform(platform: Platform, container: Container) -> Platform:
-    """The platform as the first container sees it: for showing the job's plan."""
-    from marun.inputs.appended_args import split_appended
+def container_plan(node: ProcessSpec) -> LaunchPlan:
+    """The plan a simulated container's `marun run` makes: its own command line (`node.argv`,
+    parsed by the start path's own parser), its environment (this one's and the container's
+    variables) and working directory, through the one route every `marun run` takes
+    (marun.launch). Nothing is copied from the settings by hand, so what simulate shows is what
+    its containers run."""
+    from marun.launch import build_plan, read_inputs
+    from marun.run_argv import parse_run
 
-    env = {k: v for k, v in platform.env.items() if not k.startswith(("MA_", "VC_"))}
-    env.update(container.env)
-    words, appended = split_appended((*script_words(platform), *container.appended))
-    settings = replace(platform.settings, log_dir=container.log_dir)
-    for key, value in container.env.items():
-        if key == "MARUN_MS_SCHED_PORT":
-            settings = replace(settings, ms_sched_port=int(value))
-        if key == "MARUN_JOB_PORT":
-            settings = replace(settings, job_port=int(value))
-    return replace(
-        platform, env=env, command=words, appended=appended, cwd=container.cwd, settings=settings
-    )
+    parsed = parse_run(node.argv[node.argv.index("run") + 1 :])
+    if parsed is None:  # simulate writes only options the start path parses
+        raise AssertionError(f"simulate: {node.name}'s command line: {node.argv!r}")
+    env = {**os.environ, **node.env}
+    platform = read_inputs(parsed.command, parsed.config, parsed.settings, env, node.cwd)
+    return build_plan(parsed.mode, platform, always_supervise=parsed.supervise)
 
 
-def job_plan(mode: str, platform: Platform, planned: Sequence[Container]) -> LaunchPlan:
+def job_plan(mode: str, platform: Platform, outer: LaunchPlan) -> LaunchPlan:
     """The simulated job's plan, exactly as its containers run it: each container's own plan
-    (its own log directory, its own node index; `--supervise`, as the inner runs are started),
-    the containers of one node (Ascend's once-per-device starts) joined into that node."""
-    from marun.plan.modes import build_plan
-
+    (`outer`'s processes are the containers' `marun run`s), the containers of one node (Ascend's
+    once-per-device starts) joined into that node."""
     nodes: dict[int, NodePlan] = {}
     notes: dict[str, None] = {}
-    plans = [
-        build_plan(mode, inner_platform(platform, c), all_nodes=False, always_supervise=True)
-        for c in planned
-    ]
+    plans = [container_plan(p) for p in outer.nodes[0].processes]
     for plan in plans:
         notes.update(dict.fromkeys(plan.notes))
         for node in plan.nodes:
@@ -306,133 +300,6 @@ def job_plan(mode: str, platform: Platform, planned: Sequence[Container]) -> Lau
         plans[0].supervision,
         plans[0].coordination,  # node 0's: where every container's marun reports
     )
-
-
-def outer_supervision(platform: Platform, sim_dir: str, fail_fast: bool = True) -> Supervision:
-    """How this machine watches the simulated nodes: always supervised (even one node), result.json
-    in the simulation directory, no prefix and no console selection (each inner `marun run`
-    prefixes and selects its own lines). `fail_fast` off where the nodes coordinate (several
-    nodes): each node's marun ends itself when the job stops, and says why."""
-    settings = platform.settings
-    return Supervision(
-        grace_period=settings.grace_period,
-        max_restarts=settings.max_restarts,
-        recovery_wait=settings.recovery_wait,
-        record_dir=sim_dir,
-        always_supervise=True,
-        prefix_output=False,
-        fail_fast=fail_fast,
-    )
-
-
-def run_mpi_simulation(
-    platform: Platform,
-    nodes: int,
-    devices: int,
-    marun_options: Sequence[str],
-    show_plan: bool = True,
-) -> int:
-    """MPI on simulated hosts: one network namespace per node (its own address, host name,
-    /etc/hosts naming every node as the platform does, /run and /dev/shm), a Volcano-style ssh
-    secret shared by all, and on each host `marun run --mode mpi` as PID 1, as in a container.
-    Needs root; says what is missing otherwise."""
-    from marun.inputs.injected import resolve_command
-    from marun.sim.netns import NetnsCluster, available
-
-    if nodes < 1 or devices < 1:
-        raise bad_value("--nodes/--devices", f"{nodes}/{devices}", "integers >= 1")
-    if not platform.command:
-        raise InputError("no script given: expected `marun simulate [OPTIONS] -- SCRIPT [ARGS...]`")
-    resolve_command(platform.command, platform.cwd, platform.python)
-    reason = available()
-    if reason:
-        raise InputError(
-            f"simulate --mode mpi builds one network namespace per node: {reason}; run it as "
-            "root, or simulate the job in another mode"
-        )
-    from marun._files import private_dir
-    from marun.mpi.ssh_keys import generate_key, write_authorized_keys
-    from marun.plan.modes.common import log_dir
-    from marun.runtime.execute import execute
-
-    sim_dir = os.path.join(log_dir(platform), "simulate")
-    watching = outer_supervision(platform, sim_dir)  # checked before anything is made
-    ssh_dir = os.path.join(sim_dir, "ssh")  # what Volcano's ssh plugin mounts in every pod
-    private_dir(ssh_dir)
-    key = os.path.join(ssh_dir, "id_rsa")
-    if os.path.exists(key):
-        os.remove(key)
-        os.remove(key + ".pub")
-    generate_key(key, f"{JOB}-simulated")
-    write_authorized_keys([key + ".pub"], os.path.join(ssh_dir, "authorized_keys"))
-    hosts_dir = os.path.join(sim_dir, "hosts")
-    os.makedirs(hosts_dir, exist_ok=True)
-    if not platform.settings.console_ranks:
-        # sshd's own lines (every login, every disconnect) go to its log only; the ranks'
-        # output comes through the leader, and the followers say how they wait.
-        marun_options = (*marun_options, "--console-ranks", "leader,follower")
-    with NetnsCluster(nodes, job=JOB, task="worker", workdir=Path(hosts_dir)) as cluster:
-        processes = []
-        for i in range(nodes):
-            host = cluster.host_dir(i)
-            (host / "tmp").mkdir(parents=True, exist_ok=True)
-            env = {
-                "MA_NUM_HOSTS": str(nodes),
-                "MA_NUM_GPUS": str(devices),
-                "VC_TASK_INDEX": str(i),
-                "MA_VJ_NAME": JOB,
-                "MA_TASK_NAME": "worker",
-                "MARUN_SSH_DIR": ssh_dir,
-                "MARUN_RUN_DIR": str(host / "run"),  # hosts share /tmp: each its own files
-                "TMPDIR": str(host / "tmp"),
-                "MARUN_SHARED_CONSOLE": "1",
-            }
-            options = (
-                "--supervise",
-                "--log-dir",
-                os.path.join(sim_dir, f"node{i}"),
-                *marun_options,
-            )
-            if i == 0 and show_plan:
-                _show_mpi_plan(cluster, platform, env, options)
-            inner = (
-                platform.python, "-m", "marun", "run", "--mode", "mpi", *options,
-                "--", *script_words(platform),
-            )  # fmt: skip
-            processes.append(
-                ProcessSpec(
-                    name=f"node{i}",
-                    argv=tuple(cluster.command(i, inner, pid1=True, cwd=platform.cwd)),
-                    env=env,
-                    cwd=platform.cwd,
-                    log=os.path.join(sim_dir, f"node{i}", "marun.log"),
-                    role="node",
-                )
-            )
-        plan = LaunchPlan(
-            "simulate-mpi",
-            (NodePlan(0, "localhost", processes=tuple(processes)),),
-            supervision=watching,
-        )
-        return execute(plan)
-
-
-def _show_mpi_plan(
-    cluster: NetnsCluster, platform: Platform, env: Mapping[str, str], run_options: Sequence[str]
-) -> None:
-    """The simulated MPI job's plan, before anything starts, as the other modes show theirs:
-    `marun plan --all-nodes` on host 0, so its addresses and interfaces are the simulated
-    host's own."""
-    import sys
-
-    argv = (
-        platform.python, "-m", "marun", "plan", "--mode", "mpi", "--all-nodes", "--format",
-        "table", *run_options, "--", *script_words(platform),
-    )  # fmt: skip
-    res = cluster.run(0, argv, {**os.environ, **env}, timeout=120, cwd=platform.cwd)
-    sys.stdout.write(res.stdout + "\n")
-    sys.stdout.flush()
-    sys.stderr.write(res.stderr)  # a refusal: the run below says it again, and ends
 
 
 @dataclass(frozen=True)
@@ -479,17 +346,19 @@ def simulate(request: SimulateRequest) -> int:
     platform = read_platform(list(request.command), env, cwd, settings)
     options = inner_options(request, platform)
     if request.mode == "mpi":
+        from marun.sim.simulate_mpi import run_mpi_simulation
+
         return run_mpi_simulation(
             platform, request.nodes, request.devices, options, request.show_plan
         )
-    outer, planned, sim_dir = simulation_plan(
+    outer, _, sim_dir = simulation_plan(
         platform, request.mode, request.nodes, request.devices, options
     )
     write_inputs(request.mode, request.nodes, request.devices, sim_dir)
     if request.show_plan:
         from marun.plan.render import render_table
 
-        job = job_plan(request.mode, platform, planned)
+        job = job_plan(request.mode, platform, outer)
         sys.stdout.write(render_table(job) + "\n")
         sys.stdout.flush()
     return execute(outer)

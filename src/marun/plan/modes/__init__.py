@@ -1,32 +1,26 @@
-"""The launch modes, one module each, loaded only when chosen.
+"""The launch modes, one planner module each, loaded only when chosen (marun.launch.planner
+imports them; MPI's planner lives with the rest of MPI mode, in marun.mpi).
 
-A mode module exposes `plan(platform: Platform, all_nodes: bool) -> LaunchPlan`: a pure function
-of what the platform handed us (plus the bounded waits the platform's contract requires, such as
-a rank table still `initializing`). `build_plan` adds the supervision settings, checked first, so
-`marun plan` and `marun run` refuse the same inputs before any wait.
+A planner is `plan(platform: Platform, all_nodes: bool) -> LaunchPlan`: a function of what the
+platform handed us (plus the bounded waits the platform's contract requires, such as a rank
+table still `initializing`) whose plan states the job's shape (`LaunchPlan.shape`). `plan_with`
+adds the supervision settings, checked first, so `marun plan` and `marun run` refuse the same
+inputs before any wait, and the coordination section (marun.plan.coordinate).
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import replace
-from importlib import import_module
 
 from marun.errors import InputError, bad_value
 from marun.inputs.injected import Platform
-from marun.plan.launch_plan import LaunchPlan
+from marun.plan.coordinate import coordination_for
+from marun.plan.launch_plan import LaunchPlan, execs_lone_process
 
-# Each mode's planner, by module name: imported only when chosen. MPI's planner lives with the
-# rest of MPI mode (marun.mpi); naming it here keeps the import graph one-way.
-PLANNERS = {
-    "ascend": "marun.plan.modes.ascend",
-    "mindspore": "marun.plan.modes.mindspore",
-    "pytorch": "marun.plan.modes.pytorch",
-    "tensorflow": "marun.plan.modes.tensorflow",
-    "mpi": "marun.mpi.planner",
-}
-MODES = tuple(PLANNERS)
+# The one list of modes; every other list of them is checked against it (tests/unit/test_modes).
+MODES = ("ascend", "mindspore", "pytorch", "tensorflow", "mpi")
+Planner = Callable[[Platform, bool], LaunchPlan]
 
 
 def detect_mode(platform: Platform) -> str:
@@ -60,7 +54,7 @@ def _other_device_start(mode: str, platform: Platform, all_nodes: bool) -> Launc
     start then starts that device's worker, so each worker starts exactly once."""
     if mode not in ("mindspore", "ascend") or all_nodes:
         return None
-    from marun.inputs.ranktable import plans_per_device
+    from marun.inputs.ranktable_platform import plans_per_device
 
     if plans_per_device(mode, platform):
         return None
@@ -72,6 +66,7 @@ def _other_device_start(mode: str, platform: Platform, all_nodes: bool) -> Launc
     device = parse_int("ASCEND_DEVICE_ID", raw, 0, 1023)
     if device == 0:
         return None
+    from marun.plan.coordination import JobShape
     from marun.plan.launch_plan import NodePlan
 
     note = (
@@ -79,13 +74,20 @@ def _other_device_start(mode: str, platform: Platform, all_nodes: bool) -> Launc
         f"{'mindspore mode' if mode == 'mindspore' else '--per-node'} plans the whole node "
         "from device 0's start; this start plans nothing and exits 0"
     )
-    return LaunchPlan(mode, (NodePlan(0, platform.hostname),), (note,))
+    return LaunchPlan(
+        mode, (NodePlan(0, platform.hostname),), (note,), shape=JobShape.one_node(platform.hostname)
+    )
 
 
-def build_plan(
-    mode: str, platform: Platform, all_nodes: bool = False, always_supervise: bool = False
+def plan_with(
+    mode: str,
+    platform: Platform,
+    planner: Callable[[str], Planner],
+    all_nodes: bool = False,
+    always_supervise: bool = False,
 ) -> LaunchPlan:
-    """The plan `marun plan` shows and `marun run` executes. `always_supervise` is `--supervise`."""
+    """The plan `marun plan` shows and `marun run` executes, by `planner(mode)`'s planner
+    (marun.launch.build_plan passes every mode's). `always_supervise` is `--supervise`."""
     from marun.plan.modes.common import supervision
 
     watching = supervision(platform, always_supervise)
@@ -96,48 +98,16 @@ def build_plan(
     skipped = _other_device_start(mode, platform, all_nodes)
     if skipped is not None:
         return replace(skipped, supervision=watching)
-    module = import_module(PLANNERS[mode])
-    plan: LaunchPlan = module.plan(platform, all_nodes)
-    coordination = None
-    if mode != "mpi" and not all_nodes:
-        from marun.plan.coordination import coordination_for
-
-        coordination = coordination_for(mode, platform, plan)
+    plan = planner(mode)(platform, all_nodes)
+    coordination = None if all_nodes else coordination_for(plan, platform)
     notes = plan.notes
-    procs = plan.nodes[0].processes if len(plan.nodes) == 1 else ()
-    lone = len(procs) == 1 and not procs[0].daemon and not procs[0].restart_on_failure
-    # With --all-nodes too: a one-node job's plan is the same either way, and so is what run does.
-    if not always_supervise and lone and coordination is None:
+    if not always_supervise and coordination is None and execs_lone_process(plan):
+        # With --all-nodes too: a one-node job's plan is the same either way, and so is run.
+        log = plan.nodes[0].processes[0].log
         notes = (
             *notes,
             f"one process: marun execs it (unless marun is PID 1), so its output goes to "
-            f"marun's own stdout and stderr, not to {procs[0].log}, and no result.json is "
+            f"marun's own stdout and stderr, not to {log}, and no result.json is "
             "written; --supervise keeps marun in front and writes both",
         )
     return replace(plan, supervision=watching, notes=notes, coordination=coordination)
-
-
-def plan_from_environment(
-    command: Sequence[str],
-    mode: str,
-    config: str | None,
-    cli_settings: Mapping[str, object],
-    all_nodes: bool = False,
-    always_supervise: bool = False,
-    *,
-    dry_run: bool = False,
-) -> LaunchPlan:
-    """What `marun plan` shows and `marun run` executes: this process's environment and working
-    directory, the settings (`cli_settings`: the options given, by Settings field name), the
-    platform read from them, and the mode's plan. One function for both commands; `dry_run`
-    (`marun plan`) waits for no host name (Platform.dry_run)."""
-    from marun.inputs.injected import read_platform
-    from marun.inputs.settings import load_settings
-
-    env = dict(os.environ)
-    cwd = os.getcwd()
-    settings = load_settings(cli_settings, env, cwd, config).settings
-    platform = read_platform(list(command), env, cwd, settings)
-    if dry_run:
-        platform = replace(platform, dry_run=True)
-    return build_plan(mode, platform, all_nodes, always_supervise)

@@ -25,6 +25,7 @@ Each process gets (the HCCL tutorial's layout, davincirun's variables):
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 from marun.errors import InputError
 from marun.inputs.injected import Platform
@@ -33,12 +34,15 @@ from marun.inputs.ranktable import (
     RankTable,
     RankTableNotReady,
     Server,
+)
+from marun.inputs.ranktable_platform import (
     layout_notes,
     load_platform_rank_table,
     plans_per_device,
     rank_id_from_env,
     this_server_index,
 )
+from marun.plan.coordination import JobShape
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
 from marun.plan.modes.common import pending_table_plan, script_argv, socket_ifname_env
 
@@ -106,6 +110,44 @@ def _process(
     )
 
 
+def _interfaces(platform: Platform, first: Server) -> tuple[dict[str, str] | None, set[str]]:
+    """(HCCL_SOCKET_IFNAME for every server, when a configured NIC or variable fixes it; else
+    this host's addresses, to find each server's interface by). The interfaces are read once
+    for the whole plan (a plan of every node of a 1,024-server table read them once per
+    server), and with a configured NIC the answer is the same for all."""
+    if platform.env.get("HCCL_SOCKET_IFNAME") or platform.settings.nic:
+        return _hccl_ifname(platform, first, set()), set()
+    from marun.inputs.nic import ipv4_by_interface
+
+    return None, {a for addrs in ipv4_by_interface().values() for a in addrs}
+
+
+def _planned_servers(
+    platform: Platform,
+    table: RankTable,
+    own_rank: int | None,
+    per_device: bool,
+    all_nodes: bool,
+    notes: list[str],
+) -> list[int]:
+    """The servers this plan holds: every one, this device's, or this node's."""
+    if all_nodes:
+        if per_device:
+            notes.append(
+                "per device: the platform starts marun once per device with its RANK_ID; each "
+                "start runs only that rank's process (all shown here)"
+            )
+        return list(range(len(table.servers)))
+    if per_device:
+        if own_rank is None:
+            raise InputError(
+                "RANK_ID is not set: expected this device's rank (the platform sets it when it "
+                "runs the start file once per device), or --per-node if it runs once per node"
+            )
+        return [table.device_of_rank(own_rank)[0]]
+    return [this_server_index(platform, table)]
+
+
 def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     argv = script_argv(platform)  # before the wait on the table: a missing script fails at once
     per_device = plans_per_device(MODE, platform)
@@ -122,34 +164,9 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
         return pending_table_plan(MODE, platform, raw_table, then)
     own_rank = rank_id_from_env(platform, table)
     notes: list[str] = []
+    indexes = _planned_servers(platform, table, own_rank, per_device, all_nodes, notes)
 
-    if all_nodes:
-        indexes = list(range(len(table.servers)))
-        if per_device:
-            notes.append(
-                "per device: the platform starts marun once per device with its RANK_ID; each "
-                "start runs only that rank's process (all shown here)"
-            )
-    elif per_device:
-        if own_rank is None:
-            raise InputError(
-                "RANK_ID is not set: expected this device's rank (the platform sets it when it "
-                "runs the start file once per device), or --per-node if it runs once per node"
-            )
-        indexes = [table.device_of_rank(own_rank)[0]]
-    else:
-        indexes = [this_server_index(platform, table)]
-
-    # The interfaces are read once for the whole plan (a plan of every node of a 1,024-server
-    # table read them once per server), and with a configured NIC the answer is the same for all.
-    fixed: dict[str, str] | None = None
-    local: set[str] = set()
-    if platform.env.get("HCCL_SOCKET_IFNAME") or platform.settings.nic:
-        fixed = _hccl_ifname(platform, table.servers[indexes[0]], local)
-    else:
-        from marun.inputs.nic import ipv4_by_interface
-
-        local = {a for addrs in ipv4_by_interface().values() for a in addrs}
+    fixed, local = _interfaces(platform, table.servers[indexes[0]])
     nodes = []
     for index in indexes:
         server = table.servers[index]
@@ -182,15 +199,40 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
         nodes.append(
             NodePlan(index=index, host=server.host_ip or server.server_id, processes=processes)
         )
-    for node in nodes if not all_nodes else ():
-        for proc in node.processes:
-            physical, logical = proc.env["DEVICE_ID"], proc.env["ASCEND_DEVICE_ID"]
-            if physical != logical:
-                notes.append(
-                    f"{proc.name}: DEVICE_ID={physical} is the card's physical id (the rank "
-                    f"table's, for HCCL); this container sees it as ASCEND_DEVICE_ID={logical}. "
-                    "A script choosing its device (set_context(device_id=...), "
-                    "torch.npu.set_device) takes ASCEND_DEVICE_ID"
-                )
+    if not all_nodes:
+        notes.extend(_device_id_notes(nodes[0]))
     notes.extend(layout_notes(table))
-    return LaunchPlan(mode=MODE, nodes=tuple(nodes), notes=tuple(notes))
+    shape = _shape(platform, table, nodes[0] if not all_nodes else None)
+    return LaunchPlan(mode=MODE, nodes=tuple(nodes), notes=tuple(notes), shape=shape)
+
+
+def _device_id_notes(node: NodePlan) -> list[str]:
+    """Where the card's physical id (the table's) and the container's own numbering differ."""
+    notes = []
+    for proc in node.processes:
+        physical, logical = proc.env["DEVICE_ID"], proc.env["ASCEND_DEVICE_ID"]
+        if physical != logical:
+            notes.append(
+                f"{proc.name}: DEVICE_ID={physical} is the card's physical id (the rank "
+                f"table's, for HCCL); this container sees it as ASCEND_DEVICE_ID={logical}. "
+                "A script choosing its device (set_context(device_id=...), "
+                "torch.npu.set_device) takes ASCEND_DEVICE_ID"
+            )
+    return notes
+
+
+def _shape(platform: Platform, table: RankTable, node: NodePlan | None) -> JobShape:
+    """The table's first server leads. Each of the platform's once-per-device starts is a slot
+    of its server, by its process's place among the server's devices (`node`: this start's
+    plan; None for a whole-job plan)."""
+    leader = table.servers[0]
+    shape = JobShape(leader.host_ip or leader.server_id, len(table.servers), 0)
+    if node is None:
+        return shape
+    shape = replace(shape, index=node.index)
+    if platform.settings.per_node or not node.processes:
+        return shape
+    devices = table.servers[node.index].devices
+    rank = node.processes[0].rank
+    slot = next((i for i, d in enumerate(devices) if d.rank == rank), 0)
+    return replace(shape, slots=len(devices), slot=slot)

@@ -7,6 +7,7 @@ import os
 
 from marun.inputs.injected import Platform, resolve_command
 from marun.inputs.nic import Nic
+from marun.plan.coordination import JobShape
 from marun.plan.launch_plan import LaunchPlan, NodePlan, Supervision
 
 
@@ -59,7 +60,7 @@ def pending_table_plan(mode: str, platform: Platform, raw_table: str, then: str)
     (which device each rank drives, and where, is the table's to say), and a note that `marun
     run` would wait for the table and plan `then` from it. `marun plan` never waits."""
     from marun.errors import InputError
-    from marun.inputs.ranktable import pending_note
+    from marun.inputs.ranktable_platform import pending_note
 
     try:
         given = platform.given_task_index()
@@ -67,4 +68,11 @@ def pending_table_plan(mode: str, platform: Platform, raw_table: str, then: str)
         given = None  # a wrong index is the table's to refuse, once it is there
     index = given[1] if given is not None else 0
     note = pending_note(platform, raw_table, then)
-    return LaunchPlan(mode=mode, nodes=(NodePlan(index, platform.hostname),), notes=(note,))
+    # The table gives the job's shape; a dry run does not wait for it: planned as one node,
+    # with no coordination.
+    return LaunchPlan(
+        mode=mode,
+        nodes=(NodePlan(index, platform.hostname),),
+        notes=(note,),
+        shape=JobShape.one_node(platform.hostname, index),
+    )

@@ -59,56 +59,28 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from marun.errors import InputError, bad_value
-from marun.inputs.hosts import ResolveError, is_ip, is_ipv4, node_hosts, resolve_ipv4
+from marun.errors import bad_value
+from marun.inputs.hosts import is_ipv4
 from marun.inputs.injected import Platform
-from marun.inputs.nic import Nic, choose_nic
 from marun.inputs.numbers import MAX_SECONDS, PORT_MAX, parse_int, parse_port
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
 from marun.plan.modes.common import log_dir, pending_table_plan, script_argv, socket_ifname_env
+from marun.plan.modes.mindspore_layout import (
+    MODE,
+    Layout,
+    Node,
+    from_node_variables,
+    from_rank_table,
+)
 from marun.plan.modes.mindspore_notes import hccl_cm_init_notes, recovery_notes
 from marun.plan.modes.mindspore_ps import server_num, with_servers
 from marun.plan.modes.mindspore_tls import plan_tls, with_tls
 
-if TYPE_CHECKING:
-    from marun.inputs.ranktable import Server
-
-MODE = "mindspore"
-LOOPBACK = "127.0.0.1"
-DRY_RUN_RESOLVE_TIMEOUT = 2.0  # seconds: --all-nodes must not hang on names that never resolve
 IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "HCCL_SOCKET_IFNAME")
 SCHEDULER_RECOVERY_NODE_ID = "sched"
 PORT_RANGE = (1024, PORT_MAX)  # the MS_SCHED_PORT values MindSpore accepts
 MAX_TOPO_TIMEOUT = int(MAX_SECONDS)
-
-
-@dataclass(frozen=True)
-class _Worker:
-    rank: int
-    device_id: int
-
-
-@dataclass(frozen=True)
-class _Node:
-    index: int
-    host: str
-    workers: tuple[_Worker, ...]
-    scheduler: bool
-
-
-@dataclass(frozen=True)
-class _Layout:
-    """Who runs where: what the node-variable and the rank-table paths both produce."""
-
-    nodes: tuple[_Node, ...]  # the nodes to plan, in index order
-    this_index: int | None  # this node's index; None when a dry-run cannot tell which it is
-    nic: Nic  # this node's
-    sched_host: str
-    worker_num: int
-    notes: tuple[str, ...] = ()
-    node_count: int = 1  # nodes in the whole job
 
 
 # -- MindSpore's own variables, as the environment gives them -----------------------------------
@@ -179,206 +151,40 @@ def _cluster_settings(platform: Platform) -> _ClusterSettings:
     return _ClusterSettings(_sched_port(platform), _topo_timeout(platform), _recovery_env(platform))
 
 
-# -- this node's NIC and node 0's address --------------------------------------------------------
-
-
-def _this_nic(platform: Platform, listed: str | None, override: str | None) -> Nic:
-    """The configured NIC, else the interface holding an address given for this node: its
-    entry in the host list or rank table, MA_CURRENT_IP, or the MS_SCHED_HOST override."""
-    candidates = (listed or "", platform.env.get("MA_CURRENT_IP", "").strip(), override or "")
-    return choose_nic(platform.settings.nic, [a for a in candidates if is_ipv4(a)])
-
-
-def _resolve_node0(platform: Platform, host: str, all_nodes: bool) -> tuple[str, tuple[str, ...]]:
-    if not all_nodes and not platform.dry_run:
-        try:
-            return resolve_ipv4(host, platform.settings.resolve_timeout), ()
-        except ResolveError as exc:
-            raise ResolveError(
-                f"MS_SCHED_HOST: node 0's {exc} (set MS_SCHED_HOST, or raise resolve_timeout)"
-            ) from None
-    # A dry run looks the name up once and never waits (outside the cluster it may never
-    # resolve); a plan of every node built through the API waits a little.
-    timeout = (
-        0.0 if platform.dry_run else min(DRY_RUN_RESOLVE_TIMEOUT, platform.settings.resolve_timeout)
-    )
-    try:
-        return resolve_ipv4(host, timeout), ()
-    except ResolveError:
-        waited = "a dry run does not wait" if platform.dry_run else f"waited {timeout:g}s"
-        return host, (
-            f"MS_SCHED_HOST shows node 0's host name {host!r}: it did not resolve here "
-            f"({waited}); each node resolves it to an IPv4 address when it runs "
-            "(MindSpore takes no names)",
-        )
-
-
-def _disagreeing_name(host: str, bound: str) -> tuple[str, ...]:
-    """Node 0 binds its own address; the other nodes dial the answer to node 0's name. Where
-    that name already answers here with another address, they would dial the wrong one: say so.
-    One look, no wait (the name may appear in DNS only later, which is no disagreement)."""
-    from marun.inputs.hosts import lookup_ipv4
-
-    try:
-        answer = lookup_ipv4(host)
-    except (OSError, UnicodeError):
-        return ()
-    if answer == bound:
-        return ()
-    return (
-        f"node 0's name {host!r} resolves here to {answer}, but its scheduler binds {bound} "
-        "(this node's address): the other nodes dial the name's answer; set nic, or "
-        "MS_SCHED_HOST, so that the two agree",
-    )
-
-
-# -- the layout from the node variables ----------------------------------------------------------
-
-
-def _from_node_variables(platform: Platform, all_nodes: bool, override: str | None) -> _Layout:
-    count = platform.num_hosts()
-    index = platform.node_index()
-    local = platform.devices_per_node()
-    hosts = node_hosts(platform)
-    if is_ip(hosts[0]) and not is_ipv4(hosts[0]):
-        raise bad_value("node 0's host", hosts[0], "an IPv4 address or a host name (not IPv6)")
-    nic = _this_nic(platform, hosts[index], override)
-    notes: tuple[str, ...] = ()
-    if override is not None:
-        sched_host = override
-    elif count == 1:
-        sched_host = LOOPBACK
-    elif is_ipv4(hosts[0]):
-        sched_host = hosts[0]  # what every node reads from the same list
-    elif index == 0:
-        sched_host = nic.address  # the scheduler binds it: it must be this node's own
-        notes = _disagreeing_name(hosts[0], nic.address)
-    else:
-        sched_host, notes = _resolve_node0(platform, hosts[0], all_nodes)
-    planned = range(count) if all_nodes else (index,)
-    nodes = tuple(
-        _Node(
-            index=n,
-            host=hosts[n],
-            workers=tuple(_Worker(rank=n * local + i, device_id=i) for i in range(local)),
-            scheduler=n == 0,
-        )
-        for n in planned
-    )
-    return _Layout(nodes, index, nic, sched_host, count * local, notes, count)
-
-
-# -- the layout from an Ascend rank table --------------------------------------------------------
-
-
-def _server_address(server: Server) -> str | None:
-    """A server's IPv4 address: its host address, else its server_id (server_list tables often
-    carry `"host_nic_ip": "reserve"`, the server_id being the address)."""
-    for candidate in (server.host_ip, server.server_id):
-        if candidate and is_ipv4(candidate):
-            return candidate
-    return None
-
-
-def _from_rank_table(
-    platform: Platform, all_nodes: bool, override: str | None, raw_path: str
-) -> _Layout:
-    from marun.inputs.ranktable import (
-        layout_notes,
-        load_platform_rank_table,
-        plans_per_device,
-        rank_id_from_env,
-        this_server_index,
-    )
-
-    table = load_platform_rank_table(platform, raw_path)
-    servers = table.servers
-    own_rank = rank_id_from_env(platform, table)
-    per_device = plans_per_device(MODE, platform)
-    notes: list[str] = layout_notes(table)
-    this_index: int | None
-    try:
-        this_index = this_server_index(platform, table)
-    except InputError:
-        if not all_nodes:
-            raise
-        this_index = None  # a dry-run elsewhere: plan every server, no NIC variables
-        notes.append(
-            "which rank-table server this machine is could not be told: no *_SOCKET_IFNAME set"
-        )
-    listed = _server_address(servers[this_index]) if this_index is not None else None
-    nic = _this_nic(platform, listed, override)
-
-    first = servers[0]
-    first_address = _server_address(first)
-    pod, machine = platform.env.get("MA_CURRENT_IP"), platform.env.get("MA_CURRENT_HOST_IP")
-    # In a pod with its own address (MA_CURRENT_IP differs from the machine's MA_CURRENT_HOST_IP)
-    # the rank table's addresses are the machines': the scheduler cannot bind node 0's. Node 0's
-    # pod address is what the path without a rank table uses: its own on node 0, its name's
-    # answer elsewhere.
-    in_pod = bool(pod and machine and pod.strip() != machine.strip())
-    if override is not None:
-        sched_host = override
-    elif len(servers) == 1:
-        sched_host = LOOPBACK
-    elif in_pod and this_index == 0 and not all_nodes:
-        sched_host = nic.address
-    elif in_pod and platform.env.get("MA_NUM_HOSTS"):
-        host0 = node_hosts(platform)[0]
-        sched_host, resolved_notes = (
-            (host0, ()) if is_ipv4(host0) else _resolve_node0(platform, host0, all_nodes)
-        )
-        notes.extend(resolved_notes)
-    elif first_address is None:
-        raise InputError(
-            f"rank table {table.path}: first server {first.server_id!r} has no IPv4 address "
-            f"(host address {first.host_ip!r}): expected one for MS_SCHED_HOST, or set "
-            "MS_SCHED_HOST"
-        )
-    else:
-        sched_host = first_address
-
-    sched_rank = first.devices[0].rank
-    if all_nodes or this_index is None:
-        planned = range(len(servers))
-        if per_device:
-            notes.append(
-                "per device: the platform starts marun once per device with its RANK_ID; each "
-                f"start runs that rank's worker only, rank {sched_rank}'s also the scheduler "
-                "(all shown here)"
-            )
-    else:
-        planned = range(this_index, this_index + 1)
-    nodes = []
-    for n in planned:
-        server = servers[n]
-        devices = server.devices
-        scheduler = n == 0
-        if per_device and not all_nodes:
-            devices = tuple(d for d in devices if d.rank == own_rank)
-            scheduler = own_rank == sched_rank
-        nodes.append(
-            _Node(
-                index=n,
-                host=server.server_id,
-                workers=tuple(_Worker(d.rank, d.device_id) for d in devices),
-                scheduler=scheduler,
-            )
-        )
-    return _Layout(
-        tuple(nodes), this_index, nic, sched_host, table.rank_size, tuple(notes), len(servers)
-    )
-
-
 # -- processes -----------------------------------------------------------------------------------
+
+
+def _scheduler(
+    platform: Platform,
+    argv: tuple[str, ...],
+    cluster: _ClusterSettings,
+    common: Mapping[str, str],
+    ifnames: Mapping[str, str],
+) -> ProcessSpec:
+    """MindSpore's scheduler (`common`: every process's MS_*; `ifnames`: this node's NIC)."""
+    recovery = cluster.recovery
+    env = {"MS_ROLE": "MS_SCHED", **common, "RANK_ID": "0", **recovery}
+    if recovery:
+        env["MS_NODE_ID"] = SCHEDULER_RECOVERY_NODE_ID
+    return ProcessSpec(
+        name="scheduler",
+        argv=argv,
+        env={**env, **ifnames},
+        cwd=platform.cwd,
+        log=os.path.join(log_dir(platform), "scheduler.log"),
+        role="scheduler",
+        rank=None,
+        restart_on_failure=bool(recovery),
+        listens=(cluster.port,),
+    )
 
 
 def _processes(
     platform: Platform,
     argv: tuple[str, ...],
     cluster: _ClusterSettings,
-    layout: _Layout,
-    node: _Node,
+    layout: Layout,
+    node: Node,
 ) -> tuple[ProcessSpec, ...]:
     logs = log_dir(platform)
     common = {
@@ -394,22 +200,7 @@ def _processes(
         ifnames = socket_ifname_env(platform, layout.nic, IFNAME_VARS)
     procs: list[ProcessSpec] = []
     if node.scheduler:
-        env = {"MS_ROLE": "MS_SCHED", **common, "RANK_ID": "0", **recovery}
-        if recovery:
-            env["MS_NODE_ID"] = SCHEDULER_RECOVERY_NODE_ID
-        procs.append(
-            ProcessSpec(
-                name="scheduler",
-                argv=argv,
-                env={**env, **ifnames},
-                cwd=platform.cwd,
-                log=os.path.join(logs, "scheduler.log"),
-                role="scheduler",
-                rank=None,
-                restart_on_failure=bool(recovery),
-                listens=(cluster.port,),
-            )
-        )
+        procs.append(_scheduler(platform, argv, cluster, common, ifnames))
     for worker in node.workers:
         rank = str(worker.rank)
         env = {
@@ -447,10 +238,11 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     override = _sched_host_override(platform)
     rank_table = _given(platform, "RANK_TABLE_FILE")
     if rank_table is not None:
-        from marun.inputs.ranktable import RankTableNotReady, plans_per_device
+        from marun.inputs.ranktable import RankTableNotReady
+        from marun.inputs.ranktable_platform import plans_per_device
 
         try:
-            layout = _from_rank_table(platform, all_nodes, override, rank_table)
+            layout = from_rank_table(platform, all_nodes, override, rank_table)
         except RankTableNotReady:  # a dry run: marun plan never waits
             then = "the scheduler and one worker per device"
             if plans_per_device(MODE, platform) and not all_nodes:
@@ -459,7 +251,7 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
                 )
             return pending_table_plan(MODE, platform, rank_table, then)
     else:
-        layout = _from_node_variables(platform, all_nodes, override)
+        layout = from_node_variables(platform, all_nodes, override)
     nodes = tuple(
         with_tls(
             NodePlan(
@@ -476,7 +268,7 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
         platform, dict(cluster.recovery), layout.node_count, cpu_only
     )
     notes = inherited + layout.notes + framework + (tls.notes if tls is not None else ())
-    return LaunchPlan(mode=MODE, nodes=nodes, notes=notes)
+    return LaunchPlan(mode=MODE, nodes=nodes, notes=notes, shape=layout.shape())
 
 
 # Variables marun sets per process; one inherited from the container is replaced, and said so.

@@ -36,7 +36,6 @@ from email.utils import parsedate_to_datetime
 
 from marun.errors import InputError, bad_value
 from marun.inputs.injected import Platform
-from marun.inputs.settings import default_run_dir
 from marun.plan.launch_plan import FileSpec, NodePlan
 
 CONFIG_VAR = "MARUN_MS_TLS_CONFIG"
@@ -230,8 +229,7 @@ def cipher_notes(cipher_list: str) -> tuple[str, ...]:
 
 
 def config_path(platform: Platform) -> str:
-    base = platform.settings.run_dir or default_run_dir(platform.env)
-    return os.path.join(platform.cwd, base, CONFIG_NAME)
+    return os.path.join(platform.run_dir(), CONFIG_NAME)
 
 
 def plan_tls(platform: Platform, now: float | None = None) -> Tls | None:

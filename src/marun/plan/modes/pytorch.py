@@ -11,12 +11,14 @@ torchrun does by default (`--use-env`), no `--local-rank` argument is added.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from marun.errors import InputError, bad_value
 from marun.inputs.hosts import is_host_name, is_ip
 from marun.inputs.injected import Platform
-from marun.inputs.numbers import MAX_NODES, is_digits, parse_int
+from marun.inputs.numbers import MAX_NODES, is_digits, is_port, parse_int
+from marun.plan.coordination import JobShape
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
 from marun.plan.modes.common import log_dir, script_argv, socket_ifname_env
 
@@ -52,7 +54,7 @@ def parse_init_method(raw: str | None) -> tuple[str, int]:
     # (`tcp://h:1:2` would make MASTER_ADDR `h:1`).
     if not sep or not (is_ip(host) or is_host_name(host)):
         raise bad_value("--init_method", raw, INIT_METHOD_FORM)
-    if not is_digits(port) or len(port) > 5 or not 1 <= int(port) <= 65535:
+    if not is_digits(port) or len(port) > 5 or not is_port(int(port)):
         raise bad_value("--init_method", raw, INIT_METHOD_FORM)
     return host, int(port)
 
@@ -107,18 +109,8 @@ def _node_hosts(platform: Platform, rdzv: Rendezvous) -> tuple[tuple[str, ...], 
     return names, None
 
 
-def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
-    rdzv = read_rendezvous(platform)
-    nproc = platform.devices_per_node()
-    argv = script_argv(platform)
-    logs = log_dir(platform)
-
-    from marun.inputs.nic import choose_nic
-
-    hints = [h for h in (platform.env.get("MA_CURRENT_IP"), rdzv.host) if h]
-    nic = choose_nic(platform.settings.nic, hints)
-    ifname_env = socket_ifname_env(platform, nic, SOCKET_IFNAME_VARS)
-
+def _common_env(platform: Platform, rdzv: Rendezvous, nproc: int) -> dict[str, str]:
+    """What torchrun sets alike in every process of the job."""
     common: dict[str, str] = {
         "MASTER_ADDR": rdzv.host,
         "MASTER_PORT": str(rdzv.port),
@@ -134,37 +126,71 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     # As torchrun: several processes on one node each default to every core otherwise.
     if nproc > 1 and not platform.env.get("OMP_NUM_THREADS"):
         common["OMP_NUM_THREADS"] = "1"
+    return common
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What every node's processes share: computed once, also for a plan of 1,024 nodes."""
+
+    platform: Platform
+    rdzv: Rendezvous
+    nproc: int
+    argv: tuple[str, ...]
+    logs: str
+    common: Mapping[str, str]
+
+
+def _node_plan(job: _Job, node: int, host: str, ifname_env: Mapping[str, str]) -> NodePlan:
+    """Node `node`'s processes, one per device; `ifname_env` on this node only."""
+    platform, rdzv, nproc, argv, logs, common = (
+        job.platform, job.rdzv, job.nproc, job.argv, job.logs, job.common
+    )  # fmt: skip
+    processes = []
+    for local in range(nproc):
+        rank = node * nproc + local
+        env = {
+            **common,
+            "RANK": str(rank),
+            "LOCAL_RANK": str(local),
+            "GROUP_RANK": str(node),
+            # The node rank, as PyTorchJob sets it (kubeflow/trainer #1790); RANK above is
+            # the process rank, as torchrun sets it.
+            "NODE_RANK": str(node),
+            "ROLE_RANK": str(rank),
+            **ifname_env,
+        }
+        processes.append(
+            ProcessSpec(
+                name=f"rank{rank}",
+                argv=argv,
+                env=env,
+                cwd=platform.cwd,
+                log=f"{logs}/rank_{rank}.log",
+                role="worker",
+                rank=rank,
+                # rank 0 serves the rendezvous store (torch's TCPStore) on node 0
+                listens=(rdzv.port,) if rank == 0 else (),
+            )
+        )
+    return NodePlan(index=node, host=host, processes=tuple(processes))
+
+
+def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
+    rdzv = read_rendezvous(platform)
+    nproc = platform.devices_per_node()
+    argv = script_argv(platform)  # a missing script fails before the NIC is looked for
+    logs = log_dir(platform)
+
+    from marun.inputs.nic import choose_nic
+
+    hints = [h for h in (platform.env.get("MA_CURRENT_IP"), rdzv.host) if h]
+    nic = choose_nic(platform.settings.nic, hints)
+    ifname_env = socket_ifname_env(platform, nic, SOCKET_IFNAME_VARS)
+    job = _Job(platform, rdzv, nproc, argv, logs, _common_env(platform, rdzv, nproc))
 
     def node_plan(node: int, host: str, this_node: bool) -> NodePlan:
-        processes = []
-        for local in range(nproc):
-            rank = node * nproc + local
-            env = {
-                **common,
-                "RANK": str(rank),
-                "LOCAL_RANK": str(local),
-                "GROUP_RANK": str(node),
-                # The node rank, as PyTorchJob sets it (kubeflow/trainer #1790); RANK above is
-                # the process rank, as torchrun sets it.
-                "NODE_RANK": str(node),
-                "ROLE_RANK": str(rank),
-            }
-            if this_node:
-                env.update(ifname_env)
-            processes.append(
-                ProcessSpec(
-                    name=f"rank{rank}",
-                    argv=argv,
-                    env=env,
-                    cwd=platform.cwd,
-                    log=f"{logs}/rank_{rank}.log",
-                    role="worker",
-                    rank=rank,
-                    # rank 0 serves the rendezvous store (torch's TCPStore) on node 0
-                    listens=(rdzv.port,) if rank == 0 else (),
-                )
-            )
-        return NodePlan(index=node, host=host, processes=tuple(processes))
+        return _node_plan(job, node, host, ifname_env if this_node else {})
 
     notes: list[str] = []
     unset = [n for n in SOCKET_IFNAME_VARS if not platform.env.get(n) and n not in ifname_env]
@@ -176,9 +202,11 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
             f"{' or '.join(hints) or 'a known address'}; gloo and NCCL pick one themselves "
             "(set nic, --nic, to name it)"
         )
+    # Node 0's marun leads, at the rendezvous host every node was given.
+    shape = JobShape(host=rdzv.host, nodes=rdzv.nodes, index=rdzv.node_rank)
     if not all_nodes:
         this = node_plan(rdzv.node_rank, platform.hostname, True)
-        return LaunchPlan("pytorch", (this,), tuple(notes))
+        return LaunchPlan("pytorch", (this,), tuple(notes), shape=shape)
 
     hosts, host_note = _node_hosts(platform, rdzv)
     if host_note and rdzv.nodes > 1:
@@ -192,4 +220,4 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
         node_plan(i, platform.hostname if i == rdzv.node_rank else hosts[i], i == rdzv.node_rank)
         for i in range(rdzv.nodes)
     )
-    return LaunchPlan("pytorch", nodes, tuple(notes))
+    return LaunchPlan("pytorch", nodes, tuple(notes), shape=shape)

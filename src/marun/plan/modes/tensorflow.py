@@ -31,14 +31,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from marun.errors import InputError, bad_value, show_value
+from marun.inputs.appended_args import TENSORFLOW_FLAGS
 from marun.inputs.injected import Platform
 from marun.inputs.numbers import MAX_NODES, parse_int
 from marun.inputs.tf_hosts import HOSTS_VARS, parse_host_list, split_address
+from marun.plan.coordination import JobShape
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
 from marun.plan.modes.common import log_dir, script_argv
 
 JOB_NAMES = ("ps", "worker", "chief", "evaluator")
-FLAGS = ("task_index", "ps_hosts", "worker_hosts", "job_name")
+FLAGS = TENSORFLOW_FLAGS  # the appended flags, as marun.inputs.appended_args knows them
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,18 @@ def tf_config(cluster: Mapping[str, Sequence[str]], task_type: str, index: int) 
     return json.dumps(config, separators=(",", ":"))
 
 
+def _check_once(lists: Sequence[tuple[str, str | None, Sequence[str]]]) -> None:
+    """Each HOST:PORT once across the lists: (where from, as given, parsed) each."""
+    seen: set[str] = set()
+    for flag, raw, hosts in lists:
+        for address in hosts:
+            if address in seen:
+                raise bad_value(
+                    flag, raw, f"each HOST:PORT once in --ps_hosts and --worker_hosts ({address})"
+                )
+            seen.add(address)
+
+
 def _read_job(platform: Platform) -> tuple[str, int, tuple[str, ...], tuple[str, ...]]:
     """Validated (job_name, task_index, ps hosts, worker hosts) from the appended flags."""
     raw_index = _require(platform, "task_index")
@@ -170,14 +184,7 @@ def _read_job(platform: Platform) -> tuple[str, int, tuple[str, ...], tuple[str,
 
     workers = parse_host_list(workers_from, raw_workers)
     ps = parse_host_list(ps_from, raw_ps) if raw_ps is not None else ()
-    seen: set[str] = set()
-    for flag, raw, hosts in ((ps_from, raw_ps, ps), (workers_from, raw_workers, workers)):
-        for address in hosts:
-            if address in seen:
-                raise bad_value(
-                    flag, raw, f"each HOST:PORT once in --ps_hosts and --worker_hosts ({address})"
-                )
-            seen.add(address)
+    _check_once(((ps_from, raw_ps, ps), (workers_from, raw_workers, workers)))
 
     chief = platform.settings.tf_chief
     sizes = {"ps": len(ps), "worker": len(workers)}
@@ -244,7 +251,7 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
         node = NodePlan(
             0, platform.hostname, processes=(_process(platform, argv, "worker", 0, {}),)
         )
-        return LaunchPlan("tensorflow", (node,))
+        return LaunchPlan("tensorflow", (node,), shape=JobShape.one_node(platform.hostname))
 
     job, index, ps, workers = _read_job(platform)
     argv = script_argv(platform)
@@ -270,11 +277,32 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
         return NodePlan(n, host, processes=(_process(platform, argv, task.type, task.index, env),))
 
     placement = placement_notes(ps, workers)
+    shape = _shape(platform, cluster, len(ps), len(workers), own_type, position)
     if not all_nodes:
-        return LaunchPlan("tensorflow", (node_plan(position, tasks[position]),), placement)
+        this = node_plan(position, tasks[position])
+        return LaunchPlan("tensorflow", (this,), placement, shape=shape)
     notes = (
         "each node here is one container running one task (on several machines the "
         "platform starts one ps and one worker container on each)",
         *placement,
     )
-    return LaunchPlan("tensorflow", tuple(node_plan(n, t) for n, t in enumerate(tasks)), notes)
+    every = tuple(node_plan(n, t) for n, t in enumerate(tasks))
+    return LaunchPlan("tensorflow", every, notes, shape=shape)
+
+
+def _shape(
+    platform: Platform,
+    cluster: Mapping[str, Sequence[str]],
+    ps: int,
+    workers: int,
+    own_type: str,
+    position: int,
+) -> JobShape:
+    """The containers in the plan's order (ps, chief, workers); the leader is the first that is
+    not a parameter server, which ends with the job rather than on its own. An evaluator is
+    outside the cluster: not coordinated. Each task has its own host lists: no hosts in the id."""
+    if own_type == "evaluator":
+        return JobShape.one_node(platform.hostname, position)
+    first = (cluster.get("chief") or cluster["worker"])[0]
+    host = (split_address(first) or (first, 0))[0]
+    return JobShape(host, ps + workers, position, leader=ps, hosts_in_id=False)

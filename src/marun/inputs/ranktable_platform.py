@@ -1,0 +1,269 @@
+"""The rank table as this container's platform gives it: RANK_TABLE_FILE read (and waited for)
+from the platform's environment, whether each of the platform's once-per-device starts plans
+its own rank, which of the table's servers this node is, and the layouts the platform
+allocates (others are notes). The table itself (its formats,
+the file, the wait) is marun.inputs.ranktable's."""
+
+from __future__ import annotations
+
+import os
+
+from marun.errors import InputError, bad_value
+from marun.inputs.injected import TASK_INDEX_VARS, Platform
+from marun.inputs.numbers import MAX_NODES, is_digits, parse_int
+from marun.inputs.ranktable import (
+    COMPLETED,
+    INITIALIZING,
+    RankTable,
+    RankTableNotReady,
+    parse_rank_table,
+    read_table_text,
+)
+
+# This node's own address as the platform states it: container IP, then the physical host's
+# (a group_list `server_id` is usually the host's IP; davincirun matches MA_CURRENT_HOST_IP).
+_OWN_ADDRESS_VARS = ("MA_CURRENT_IP", "MA_CURRENT_HOST_IP")
+
+
+def table_path(platform: Platform, raw: str) -> str:
+    """RANK_TABLE_FILE as an absolute path (processes may run in a directory of their own)."""
+    path = os.path.normpath(os.path.join(platform.cwd, raw))
+    if not os.path.isfile(path):
+        raise bad_value("RANK_TABLE_FILE", raw, "an existing rank table file")
+    return path
+
+
+def load_platform_rank_table(platform: Platform, raw: str) -> RankTable:
+    """The table RANK_TABLE_FILE=`raw` names, waited for, and checked against what the platform
+    says of the job's size (RANK_SIZE, MA_NUM_HOSTS) where it says it. A dry run (`marun plan`)
+    reads it once and never waits: `RankTableNotReady` goes to the planner, which plans what it
+    can and says that `marun run` would wait (`pending_note`)."""
+    path = table_path(platform, raw)
+    if platform.dry_run:
+        table = parse_rank_table(read_table_text(path), path)
+    else:
+        table = load_rank_table(path, platform.settings.ranktable_timeout)
+    raw_size = platform.env.get("RANK_SIZE", "")
+    if raw_size.strip() and raw_size.strip() != str(table.rank_size):
+        raise bad_value(
+            "RANK_SIZE",
+            raw_size,
+            f"{table.rank_size}, the number of ranks in rank table {table.path}",
+        )
+    if platform.env.get("MA_NUM_HOSTS", "").strip() and platform.num_hosts() != len(table.servers):
+        raise bad_value(
+            "MA_NUM_HOSTS",
+            platform.env["MA_NUM_HOSTS"],
+            f"{len(table.servers)}, the number of servers in rank table {table.path}",
+        )
+    return table
+
+
+def pending_note(platform: Platform, raw: str, then: str) -> str:
+    """What a dry run says of a table still `initializing`: what `marun run` does instead."""
+    return (
+        f"rank table {table_path(platform, raw)}: status is {INITIALIZING!r} (the platform fills "
+        f"it in once every pod of the job is placed); marun run waits for {COMPLETED!r}, up to "
+        f"ranktable_timeout={platform.settings.ranktable_timeout:g}s, then plans {then} from it. "
+        "A dry run does not wait: no process is shown; run marun plan again once it is complete"
+    )
+
+
+def plans_per_device(mode: str, platform: Platform) -> bool:
+    """Whether each of the platform's once-per-device starts plans its own rank's processes:
+    ascend always (unless --per-node); mindspore from a rank table when the start has its
+    RANK_ID (the worker of that rank, and on the scheduler's rank the scheduler too)."""
+    if platform.settings.per_node:
+        return False
+    if mode == "ascend":
+        return True
+    return (
+        mode == "mindspore"
+        and bool(platform.env.get("RANK_TABLE_FILE", "").strip())
+        and bool(platform.env.get("RANK_ID", "").strip())
+    )
+
+
+# -- which server is this node ----------------------------------------------------------------
+
+
+def rank_id_from_env(platform: Platform, table: RankTable) -> int | None:
+    """RANK_ID as the platform set it for this device, validated against the table."""
+    raw = platform.env.get("RANK_ID", "")
+    if raw.strip() == "":
+        return None
+    text = raw.strip()
+    if not is_digits(text) or len(text) > 12 or int(text) >= table.rank_size:
+        raise bad_value(
+            "RANK_ID",
+            raw,
+            f"an integer from 0 to {table.rank_size - 1} (rank table {table.path} has "
+            f"{table.rank_size} ranks)",
+        )
+    return int(text)
+
+
+def _local_addresses(platform: Platform) -> set[str]:
+    from marun.inputs.nic import ipv4_by_interface
+
+    found = {a for addrs in ipv4_by_interface().values() for a in addrs}
+    found.update(platform.env[v].strip() for v in _OWN_ADDRESS_VARS if platform.env.get(v))
+    return found
+
+
+def _node_index(platform: Platform, table: RankTable) -> int | None:
+    """The platform's node index, if it gives one, checked against the table's servers."""
+    name = next((n for n in TASK_INDEX_VARS if platform.env.get(n, "").strip()), None)
+    if name is None:
+        return None
+    raw = platform.env[name]
+    if platform.env.get("MA_NUM_HOSTS", "").strip():
+        index = platform.node_index()  # validates it against MA_NUM_HOSTS
+    else:
+        index = parse_int(name, raw, 0, MAX_NODES - 1)
+    if index >= len(table.servers):
+        raise bad_value(
+            name,
+            raw,
+            f"an index below {len(table.servers)}, the servers in rank table {table.path}",
+        )
+    return index
+
+
+def this_server_index(platform: Platform, table: RankTable) -> int:
+    """Which of the table's servers this node is, by the first of: RANK_ID's server; the
+    server holding this pod (MA_CURRENT_INSTANCE_NAME, group_list tables); the node index
+    (MA_TASK_INDEX/VC_TASK_INDEX/VK_TASK_INDEX; the platform numbers pods in the table's order);
+    the server whose server_id or host_ip is one of this machine's addresses or MA_CURRENT_IP /
+    MA_CURRENT_HOST_IP; the only server."""
+    rank = rank_id_from_env(platform, table)
+    if rank is not None:
+        return table.device_of_rank(rank)[0]
+    pod = platform.env.get("MA_CURRENT_INSTANCE_NAME", "").strip()
+    if pod:
+        holding = [i for i, server in enumerate(table.servers) if pod in server.pod_names]
+        if holding:
+            return holding[0]
+    node = _node_index(platform, table)
+    if node is not None:
+        return node
+    addresses = _local_addresses(platform)
+    matches = [
+        i
+        for i, s in enumerate(table.servers)
+        if s.server_id in addresses or (s.host_ip is not None and s.host_ip in addresses)
+    ]
+    if len(matches) == 1:
+        return matches[0]
+    if len(table.servers) == 1:
+        return 0
+    ids = ", ".join(s.server_id for s in table.servers)
+    if matches:
+        both = ", ".join(table.servers[i].server_id for i in matches)
+        raise InputError(
+            f"rank table {table.path}: servers {both} "
+            "all hold addresses of this machine: expected exactly one; set VC_TASK_INDEX or "
+            "RANK_ID to say which node this is"
+        )
+    raise InputError(
+        f"rank table {table.path}: none of its servers ({ids}) is this machine: expected "
+        "RANK_ID, VC_TASK_INDEX, MA_CURRENT_IP or an interface address to match one"
+    )
+
+
+# -- waiting for the table ------------------------------------------------------------------
+
+
+class _StillWaiting(Exception):
+    """An attempt worth repeating; `error` is what to report if it is the last."""
+
+    def __init__(self, error: InputError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def load_rank_table(path: str, timeout: float, interval: float = 1.0) -> RankTable:
+    """Read the table, re-reading every `interval` seconds while its status is `initializing`
+    (the platform writes the device addresses once every pod is placed), for at most `timeout`
+    seconds. Once the table has been seen initializing, a read that fails to parse is taken for
+    the platform's rewrite in progress and retried too; the last error is reported at the end."""
+    from tenacity import RetryCallState, retry, retry_if_exception_type, stop_after_delay
+
+    timeout = max(0.0, timeout)
+    waited = False
+
+    def pause(state: RetryCallState) -> float:
+        # Never sleep past the deadline: the last look is at the deadline itself.
+        return max(0.0, min(interval, timeout - (state.seconds_since_start or 0.0)))
+
+    @retry(
+        retry=retry_if_exception_type(_StillWaiting),
+        stop=stop_after_delay(timeout),
+        wait=pause,
+        reraise=True,
+    )
+    def attempt() -> RankTable:
+        nonlocal waited
+        try:
+            return parse_rank_table(read_table_text(path), path)
+        except RankTableNotReady:
+            if not waited:
+                from marun.log import get_logger
+
+                get_logger().info(
+                    "waiting for rank table", path=path, status=INITIALIZING, timeout=timeout
+                )
+            waited = True
+            raise _StillWaiting(
+                InputError(
+                    f"rank table {path}: status is still {INITIALIZING!r} after waiting "
+                    f"{timeout:g}s: expected {COMPLETED!r} (raise ranktable_timeout, "
+                    "MARUN_RANKTABLE_TIMEOUT, to wait longer)"
+                )
+            ) from None
+        except InputError as exc:
+            if not waited:
+                raise
+            raise _StillWaiting(exc) from None
+
+    try:
+        return attempt()
+    except _StillWaiting as last:
+        raise last.error from None
+
+
+# -- what the hardware allows ----------------------------------------------------------------
+
+# Devices a server can give one job on the platform: 1, 2, 4 or 8 of its 8 NPUs, and all 8 when
+# the job spans servers (HCCL's ring and mesh layouts assume these). Other layouts are notes, not
+# errors: hand-written tables, simulations (`marun simulate --nodes 2 --devices 2`) and hardware
+# with other counts (SuperPoD servers) are real and marun cannot tell them from a mistake.
+SERVER_DEVICE_COUNTS = (1, 2, 4, 8)
+MULTI_SERVER_DEVICES = 8
+
+
+def layout_notes(table: RankTable) -> list[str]:
+    """Plan notes for a device layout the platform does not allocate (docs/platform-contract.md)."""
+    counts = [len(server.devices) for server in table.servers]
+    if len(counts) == 1:
+        if counts[0] in SERVER_DEVICE_COUNTS:
+            return []
+        return [
+            f"rank table {table.path}: server {table.servers[0].server_id} has {counts[0]} "
+            "devices; the platform allocates 1, 2, 4 or 8 devices on a server, and HCCL may "
+            "refuse another count"
+        ]
+    odd = [
+        (server.server_id, count)
+        for server, count in zip(table.servers, counts)
+        if count != MULTI_SERVER_DEVICES
+    ]
+    if not odd:
+        return []
+    shown = ", ".join(f"{sid} has {count}" for sid, count in odd[:3])
+    more = f" and {len(odd) - 3} more" if len(odd) > 3 else ""
+    return [
+        f"rank table {table.path}: {len(odd)} of {len(counts)} servers do not have 8 "
+        f"devices ({shown}{more}); the platform gives a job that spans servers all 8 devices "
+        "of each, and HCCL may refuse another layout"
+    ]

@@ -1,0 +1,148 @@
+"""The composition root: the one route from what the platform injected to a running node,
+inputs -> plan -> (the job's link) -> runtime. `marun plan`, `marun run` (the typer CLI and the
+typer-free start path alike), `marun simulate` and `marun doctor` all go through here, so what
+one shows is what another runs.
+
+It is the only module that knows every planner (marun.plan.modes' and marun.mpi's) and the
+job's coordination (marun.job): each is imported for real, inside the function that needs it
+(a planner only when its mode is chosen, the job's link only on a coordinated node), so the
+architecture test sees every edge and `marun run`'s exec path loads nothing it does not use.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from marun.inputs.injected import Platform
+from marun.plan.launch_plan import LaunchPlan
+from marun.plan.modes import Planner
+
+if TYPE_CHECKING:  # a single-node job loads nothing of the job's link
+    from marun.runtime.joblink import JobLink
+
+
+def planner(mode: str) -> Planner:
+    """The planner of `mode` (one of marun.plan.modes.MODES), imported only when chosen. A new
+    mode adds its branch here; tests/unit/test_modes.py checks every mode has one."""
+    if mode == "ascend":
+        from marun.plan.modes import ascend
+
+        return ascend.plan
+    if mode == "mindspore":
+        from marun.plan.modes import mindspore
+
+        return mindspore.plan
+    if mode == "pytorch":
+        from marun.plan.modes import pytorch
+
+        return pytorch.plan
+    if mode == "tensorflow":
+        from marun.plan.modes import tensorflow
+
+        return tensorflow.plan
+    if mode == "mpi":
+        from marun.mpi import planner as mpi_planner
+
+        return mpi_planner.plan
+    raise KeyError(mode)
+
+
+def build_plan(
+    mode: str, platform: Platform, all_nodes: bool = False, always_supervise: bool = False
+) -> LaunchPlan:
+    """The plan `marun plan` shows and `marun run` executes. `always_supervise` is `--supervise`."""
+    from marun.plan.modes import plan_with
+
+    return plan_with(mode, platform, planner, all_nodes, always_supervise)
+
+
+def read_inputs(
+    command: Sequence[str],
+    config: str | None,
+    cli_settings: Mapping[str, object],
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+) -> Platform:
+    """The settings (`cli_settings`: the options given, by Settings field name; then the
+    MARUN_* variables of `env`; then `config`) and what the platform injected, read from `env`
+    and `cwd` (this process's when None)."""
+    from marun.inputs.injected import read_platform
+    from marun.inputs.settings import load_settings
+
+    env = dict(os.environ if env is None else env)
+    cwd = os.getcwd() if cwd is None else cwd
+    settings = load_settings(cli_settings, env, cwd, config).settings
+    return read_platform(list(command), env, cwd, settings)
+
+
+def plan_from_environment(
+    command: Sequence[str],
+    mode: str,
+    config: str | None,
+    cli_settings: Mapping[str, object],
+    all_nodes: bool = False,
+    always_supervise: bool = False,
+    *,
+    dry_run: bool = False,
+) -> LaunchPlan:
+    """What `marun plan` shows and `marun run` executes: this process's environment and working
+    directory, the settings, the platform read from them, and the mode's plan. One function for
+    both commands; `dry_run` (`marun plan`) waits for no host name (Platform.dry_run)."""
+    platform = read_inputs(command, config, cli_settings)
+    if dry_run:
+        platform = replace(platform, dry_run=True)
+    return build_plan(mode, platform, all_nodes, always_supervise)
+
+
+def open_link(plan: LaunchPlan) -> JobLink:
+    """This node's link to the job's others (marun.job), opened only for a coordinated plan."""
+    import contextlib
+
+    from marun._files import private_dir
+    from marun.errors import MarunError
+    from marun.job.link import open_link as open_job_link
+    from marun.log import get_logger, log_to_file
+
+    coord = plan.coordination
+    assert coord is not None
+    # The coordination's events (node_arrived, job_start, ...) go to this node's events file
+    # from the start, as the supervisor's do (marun.log).
+    node = plan.nodes[0]
+    if node.processes:
+        record_dir = plan.supervision.record_dir or os.path.dirname(node.processes[0].log)
+        with contextlib.suppress(OSError):
+            log_to_file(private_dir(record_dir, strict=False))
+    try:
+        link: Any = open_job_link(plan, get_logger("marun.job"))
+    except OSError as exc:
+        raise MarunError(
+            f"job_port={coord.port}: node {coord.index} cannot listen for the job's nodes "
+            f"({exc.strerror}); expected a free port (set job_port)"
+        ) from None
+    joined: JobLink = link
+    return joined
+
+
+def run_node(
+    command: Sequence[str],
+    mode: str,
+    config: str | None,
+    supervise: bool,
+    cli: Mapping[str, object],
+) -> int:
+    """`marun run`: this node's plan, exec'd or supervised; the exit code. `cli`: the settings
+    options given on the command line by name (None: not given)."""
+    from marun.runtime.execute import execute
+
+    try:
+        plan = plan_from_environment(command, mode, config, cli, False, supervise)
+        return execute(plan, open_link)
+    except KeyboardInterrupt:  # Ctrl-C before the job starts: 130, as typer ends it
+        import signal
+
+        from marun.runtime.signals import exit_code_for
+
+        return exit_code_for(signal.SIGINT)

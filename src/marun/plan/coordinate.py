@@ -1,0 +1,133 @@
+"""The one mode-independent step from the job's shape to the plan's coordination section.
+
+Each planner states the job's shape it already knows (`LaunchPlan.shape`: node 0's address,
+the node count, this node's index, slots per node); this step adds what is the same in every
+mode (the settings' port and time-outs, the job's secret, the platform's host list, the job id)
+and reads no mode's inputs again. A single-node job gets no section and pays nothing for
+coordination; neither does a whole-job plan (`--all-nodes`), nor MPI mode until its runtime
+runs on the job's spine (part 12, item 1).
+"""
+
+from __future__ import annotations
+
+import os
+
+from marun.errors import InputError, bad_value
+from marun.inputs.injected import Platform
+from marun.inputs.numbers import is_port
+from marun.plan.coordination import HEARTBEAT, MIN_PEER_TIMEOUT, TOKEN_VAR, Coordination, JobShape
+from marun.plan.launch_plan import LaunchPlan
+
+# The modes whose runtime does not join the job's spine yet: their plans get no section.
+UNCOORDINATED_MODES = ("mpi",)
+
+
+def ssh_key_path(platform: Platform) -> str:
+    """Volcano's ssh private key, whose content is the job's secret where no token is set."""
+    return os.path.join(platform.ssh_dir(), "id_rsa")
+
+
+def _auth(platform: Platform) -> str:
+    if platform.env.get(TOKEN_VAR):
+        return "token"
+    if os.path.isfile(ssh_key_path(platform)):
+        return "ssh-key"
+    return "none"
+
+
+def _job_hosts(platform: Platform, nodes: int) -> tuple[str, ...]:
+    from marun.inputs.hosts import node_hosts
+
+    if not platform.env.get("MA_NUM_HOSTS") or platform.num_hosts() != nodes:
+        return ()
+    try:
+        return node_hosts(platform)
+    except InputError:
+        return ()
+
+
+def job_id(
+    name: str | None,
+    mode: str,
+    leader: str,
+    port: int,
+    nodes: int,
+    slots: int,
+    hosts: tuple[str, ...],
+) -> str:
+    """The job's id, the same on every node of the job and unlike another job's on the same
+    network: the platform's job name (MA_VJ_NAME; `-` when unset) and a digest of everything
+    else every node knows alike: the mode, node 0's address and job port, the job's size and
+    its hosts. Two jobs that share all of these (no name, one init_method, hosts unknown) are
+    still told apart at run time: a node's marun that is already there keeps its place
+    (docs/supervision.md, "How jobs are told apart")."""
+    import hashlib  # here: OpenSSL's library costs a single-node run's exec path 3 MiB
+    import json
+
+    what = [name or "", mode, leader, port, nodes, slots, list(hosts)]
+    digest = hashlib.sha256(json.dumps(what).encode()).hexdigest()[:12]
+    return f"{name or '-'}.{digest}"
+
+
+def _check_settings(platform: Platform) -> None:
+    settings = platform.settings
+    for name in ("arrival_timeout", "peer_timeout"):
+        if getattr(settings, name) <= 0:
+            raise bad_value(name, getattr(settings, name), "a number of seconds > 0")
+    if settings.peer_timeout < MIN_PEER_TIMEOUT:
+        raise bad_value(
+            "peer_timeout",
+            settings.peer_timeout,
+            f"a number of seconds >= {MIN_PEER_TIMEOUT:g} (a heartbeat goes every "
+            f"{HEARTBEAT:g}s; a node is lost after missing several)",
+        )
+    if settings.hang_timeout is not None and settings.hang_timeout <= 0:
+        raise bad_value("hang_timeout", settings.hang_timeout, "a number of seconds > 0")
+    if not is_port(settings.job_port):
+        raise bad_value("job_port", settings.job_port, "a port 1-65535, or 0 for no coordination")
+
+
+def coordination_for(plan: LaunchPlan, platform: Platform) -> Coordination | None:
+    """This node's coordination section from the shape `plan` states, or None (one node, a
+    whole-job plan, coordination turned off with job_port 0, or a mode not on the spine)."""
+    shape = plan.shape
+    if shape is None:
+        # A planner that states no shape is a bug, not "one node": a new mode cannot fall
+        # through without coordination (tests/unit/test_modes.py checks every planner).
+        raise TypeError(f"the {plan.mode} planner's plan states no job shape (LaunchPlan.shape)")
+    if plan.mode in UNCOORDINATED_MODES or len(plan.nodes) != 1:
+        return None
+    if platform.settings.job_port == 0 or shape.nodes <= 1:
+        # One node, even with one marun per device (Ascend per device): the job is this node.
+        return None
+    _check_settings(platform)
+    return _section(plan.mode, shape, platform)
+
+
+def _section(mode: str, shape: JobShape, platform: Platform) -> Coordination:
+    settings = platform.settings
+    hosts = _job_hosts(platform, shape.nodes)
+    return Coordination(
+        host=shape.host,
+        port=settings.job_port,
+        nodes=shape.nodes,
+        index=shape.index,
+        job=job_id(
+            platform.job_name(),
+            mode,
+            shape.host,
+            settings.job_port,
+            shape.nodes,
+            shape.slots,
+            hosts if shape.hosts_in_id else (),
+        ),
+        hosts=hosts,
+        leader=shape.leader,
+        slots=shape.slots,
+        slot=shape.slot,
+        arrival_timeout=float(settings.arrival_timeout),
+        peer_timeout=float(settings.peer_timeout),
+        hang_timeout=None if settings.hang_timeout is None else float(settings.hang_timeout),
+        auth=_auth(platform),
+        ssh_dir=settings.ssh_dir,
+    )
