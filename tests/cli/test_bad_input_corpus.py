@@ -21,7 +21,6 @@ import json
 import os
 import select
 import signal
-import socket
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -29,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from conftest import free_port
 
 # File contents a case can ask for by name; written fresh for each case.
 DIR = object()  # a directory where a file is expected
@@ -516,32 +517,15 @@ BASE_ENV = {
 }
 
 
-def _free_port() -> int:
-    """A port free now and outside the kernel's ephemeral range (32768-60999 here): the corpus
-    binds it again and again for minutes, and a port from that range (what bind(0) gives) can be
-    taken meanwhile as the local end of any outgoing connection on the machine."""
-    import random
-
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    while True:
-        port = random.randrange(10000, min(low, 32768))
-        with socket.socket() as sock:
-            try:
-                sock.bind(("", port))
-            except OSError:
-                continue
-            return port
-
-
 def _port_env() -> dict[str, str]:
     """Ports that `run` binds on this host (MPI's sshd and watch port, MindSpore's scheduler),
     free when the corpus starts: the defaults (36666, 36667, 8118) may be held by anything else
     on the machine, and a case would then fail on "Address already in use" instead of on its
     input. A case that sets one of these itself keeps its own value."""
     return {
-        "MARUN_SSHD_PORT": str(_free_port()),
-        "MARUN_MPI_WATCH_PORT": str(_free_port()),
-        "MARUN_MS_SCHED_PORT": str(_free_port()),
+        "MARUN_SSHD_PORT": str(free_port()),
+        "MARUN_MPI_WATCH_PORT": str(free_port()),
+        "MARUN_MS_SCHED_PORT": str(free_port()),
     }
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from conftest import run_marun
+from conftest import free_port, run_marun
 from marun.errors import InputError
 from marun.inputs.injected import read_platform
 from marun.inputs.settings import Settings
@@ -232,6 +232,7 @@ def test_run_writes_the_file_0600_and_the_script_gets_it(tmp_path: Path, certs: 
     )
     env = {**_cli_env(certs, tmp_path), "MA_NUM_HOSTS": "1", "MA_NUM_GPUS": "1"}
     env.pop("VC_WORKER_HOSTS")
+    env["MARUN_MS_SCHED_PORT"] = str(free_port())  # the scheduler binds it: not a fixed 8118
     # One worker, plus the scheduler: supervised, output relayed; read the worker's log.
     res = run_marun(
         ["run", "--mode", "mindspore", "--log-dir", "logs", "--", sys.executable, "train.py"],
