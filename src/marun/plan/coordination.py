@@ -3,8 +3,8 @@ node 0's (the leader's) so that the nodes start together and end together.
 
 Built once here from each mode's notion of the leader's address (pytorch: the init_method host;
 tensorflow: the chief or first worker; mindspore: MS_SCHED_HOST; ascend: the rank table's first
-server). MPI mode has its own leader and followers (marun.mpi) and gets none; neither does a
-single-node job, which then pays nothing for coordination. The protocol is in marun.job and
+server; mpi: the first host, where mpirun runs). A single-node job gets none and pays nothing for
+coordination. The protocol is in marun.job and
 docs/supervision.md.
 """
 
@@ -129,6 +129,13 @@ def _job_hosts(platform: Platform, nodes: int) -> tuple[str, ...]:
 def _layout(mode: str, platform: Platform, plan: LaunchPlan) -> tuple[str, int, int, int, int]:
     """(leader host, nodes, leader index, slots, slot) for `mode`; nodes 1: no coordination."""
     node = plan.nodes[0]
+    if mode == "mpi":
+        # [part12-spine stop-gap until floor's job-shape work: the planner should state this.]
+        # Node 0 runs mpirun; every other node is daemons only (sshd).
+        from marun.inputs.hosts import node_hosts
+
+        hosts = node_hosts(platform)
+        return hosts[0], len(hosts), 0, 1, 0
     if mode == "pytorch":
         from marun.plan.modes.pytorch import read_rendezvous
 
@@ -208,8 +215,8 @@ def job_id(
 
 
 def coordination_for(mode: str, platform: Platform, plan: LaunchPlan) -> Coordination | None:
-    """This node's coordination section, or None (MPI, one node, or a whole-job plan)."""
-    if mode == "mpi" or len(plan.nodes) != 1 or platform.settings.job_port == 0:
+    """This node's coordination section, or None (one node, or a whole-job plan)."""
+    if len(plan.nodes) != 1 or platform.settings.job_port == 0:
         return None  # job_port 0: the user turned coordination off
     from marun.inputs.ranktable import still_initializing
 

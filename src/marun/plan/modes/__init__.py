@@ -99,7 +99,7 @@ def build_plan(
     module = import_module(PLANNERS[mode])
     plan: LaunchPlan = module.plan(platform, all_nodes)
     coordination = None
-    if mode != "mpi" and not all_nodes:
+    if not all_nodes:
         from marun.plan.coordination import coordination_for
 
         coordination = coordination_for(mode, platform, plan)
