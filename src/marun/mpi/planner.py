@@ -1,16 +1,19 @@
 """MPI mode (the platform's Horovod, MPI and MindSpore-GPU engines): sshd on every node, mpirun
 on node 0. It replaces the platform's `run_mpi.sh`; docs/mpi.md tells the whole story.
 
-This module only plans; `marun run` carries the plan out. Every node runs two processes:
+This module only plans; `marun run` carries the plan out. Every node runs sshd; node 0 runs
+mpirun besides, and the job's coordination (marun.job, as in every mode) joins the nodes:
 - `sshd` (a daemon): `python -m marun.mpi.sshd_bootstrap` makes the run directory private, generates
   the host key (and the per-job client key of a single-node job without a mounted key), refuses
   an sshd whose `sshd -T` accepts passwords, then execs `sshd -D -e -f <run>/sshd_config`.
 - node 0: `mpi-leader` (`python -m marun.mpi.leader ... -- mpirun ...`) forms the cluster
   (every host resolved and every peer's sshd letting node 0 in, all at once, within
-  `formation_timeout`), rewrites the hostfile with addresses, runs mpirun, tells every other node
-  the job's status over ssh and exits with it.
-- other nodes: `mpi-follower` (`python -m marun.mpi.follower wait ...`) exits with the status
-  node 0 reports, or non-zero when node 0 goes silent for `peer_timeout` seconds.
+  `formation_timeout`), rewrites the hostfile with addresses, runs mpirun and exits with its
+  status: node 0's end is mpirun's, and the job's (fail-fast: a failure stops every node with
+  its code).
+- other nodes: daemons only (sshd). Their marun arrives at node 0's coordinator, and ends when
+  the job ends, with the job's exit code, as a TensorFlow parameter server's does; node 0 lost,
+  or silent for `peer_timeout`, ends it too (docs/supervision.md).
 
 Every generated file lives in the run directory, `<run_dir>/<MA_VJ_NAME or "local">` (file
 names in marun.mpi.run_dir). Choices a reviewer should know:
@@ -35,10 +38,9 @@ names in marun.mpi.run_dir). Choices a reviewer should know:
   mpirun; a tree spawn would also need every node to reach every other with a key only node 0
   may hold. From 64 hosts up (horovodrun's threshold) `plm_rsh_num_concurrent <hosts>` lets all
   launches run at once instead of 128 at a time, as horovodrun does.
-- The other nodes learn how the job ended from node 0 over ssh (`mpi_follower notify`, the same
-  authenticated login mpirun uses) and watch that node 0 lives on `mpi_watch_port`, where the
-  leader accepts and hangs up. Watching node 0's sshd port instead would put two lines into
-  node 0's sshd log, and console, for every look of every node.
+- The other nodes learn how the job ended from the job's coordination (node 0's `job_port`),
+  not from ssh: one protocol for every mode, with arrival, fail-fast, lost nodes, the hang
+  watchdog and job.json.
 - Several nodes need the platform's key (`id_rsa` with `authorized_keys` or `id_rsa.pub` in
   `ssh_dir`): a per-job key would exist on node 0 only. Its absence, or a key of ours that others
   can read (ssh ignores it), is bad input, found before anything starts.
@@ -135,7 +137,6 @@ class MpiLayout:
     slots: int
     client_key: str  # what mpirun's ssh uses: the platform's key, else the per-job one
     platform_key: bool  # client_key is the platform's mounted key (else marun generates one)
-    watch_port: int = 36667
     formation_timeout: float = 600.0
     peer_timeout: float = 60.0
 
@@ -286,9 +287,8 @@ def read_layout(platform: Platform) -> MpiLayout:
     mounted = os.path.join(ssh_dir, PLATFORM_KEY)
     platform_key = os.path.isfile(mounted)
     port = _sshd_port(platform)
-    watch_port = check_port(settings.mpi_watch_port, "mpi_watch_port")
-    if watch_port == port:
-        raise bad_value("mpi_watch_port", watch_port, f"a port other than sshd_port={port}")
+    if settings.job_port == port:
+        raise bad_value("job_port", settings.job_port, f"a port other than sshd_port={port}")
     return MpiLayout(
         run_dir=run_dir,
         ssh_dir=os.path.normpath(ssh_dir),
@@ -298,7 +298,6 @@ def read_layout(platform: Platform) -> MpiLayout:
         slots=_slots(platform),
         client_key=mounted if platform_key else os.path.join(run_dir, run_files.JOB_KEY),
         platform_key=platform_key,
-        watch_port=watch_port,
         formation_timeout=check_seconds(settings.formation_timeout, "formation_timeout"),
         peer_timeout=check_seconds(settings.peer_timeout, "peer_timeout"),
     )
@@ -532,9 +531,8 @@ def _notes(
     if hosts > 1:
         others = "node 1 runs" if hosts == 2 else f"nodes 1-{hosts - 1} run"
         notes.append(
-            f"{others} sshd and mpi-follower, which exits with the status node 0 reports when "
-            f"mpirun ends, or with 1 when node 0 stops answering on port {layout.watch_port} for "
-            f"peer_timeout={layout.peer_timeout:g}s"
+            f"{others} sshd only, and end{'s' if hosts == 2 else ''} with the job (its exit code "
+            f"is mpirun's), by the job's coordination on node 0's job_port"
         )
         if nic is not None and nic.listed:
             notes.append(
@@ -637,7 +635,6 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
 
     sshd = find_sshd(platform.env.get("PATH"))
     session = session_env(platform.env)
-    session[run_files.RUN_DIR_VAR] = layout.run_dir
     sshd_config = FileSpec(
         layout.sshd_config,
         render_sshd_config(
@@ -675,9 +672,8 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
             )
             peers: tuple[str, ...] = ()
             if hosts > 1:
-                peers = ("--watch-port", str(layout.watch_port))
-                peers += tuple(f"--ssh-option={word}" for word in rsh_options)
-            helper = ProcessSpec(
+                peers = tuple(f"--ssh-option={word}" for word in rsh_options)
+            leader = ProcessSpec(
                 name="mpi-leader",
                 argv=(
                     *(python, "-m", "marun.mpi.leader", "--hostfile", layout.hostfile),
@@ -691,19 +687,8 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
                 log=os.path.join(logs, "mpirun.log"),
                 role="leader",
             )
+            node_procs: tuple[ProcessSpec, ...] = (sshd_proc, leader)
         else:
-            helper = ProcessSpec(
-                name="mpi-follower",
-                argv=(
-                    *(python, "-m", "marun.mpi.follower", "wait", "--run-dir", layout.run_dir),
-                    *("--leader", layout.hosts[0], "--watch-port", str(layout.watch_port)),
-                    *("--formation-timeout", f"{layout.formation_timeout:g}"),
-                    *("--peer-timeout", f"{layout.peer_timeout:g}"),
-                ),
-                env={},
-                cwd=platform.cwd,
-                log=os.path.join(logs, "mpi-follower.log"),
-                role="follower",
-            )
-        nodes.append(NodePlan(index, layout.hosts[index], node_files, (sshd_proc, helper)))
+            node_procs = (sshd_proc,)  # daemons only: ends with the job
+        nodes.append(NodePlan(index, layout.hosts[index], node_files, node_procs))
     return LaunchPlan("mpi", tuple(nodes), _notes(platform, layout, sshd, nic, held))
