@@ -75,6 +75,12 @@ _KILL_WAIT = 10.0  # after SIGKILL, how long to wait for the kernel to take proc
 _TICK = 0.5  # at most this long between checks, so nothing depends on a single wake-up
 _DRAIN_WAIT = 10.0  # at the end, how long the relay may go without moving a byte (stuck)
 _TAIL_WAIT = 1.0  # how long a failure waits for the rest of its process's output (its tail)
+# fail_fast off (marun simulate's nodes, which stop one another as one job): after the first
+# failure, how long beyond grace_period the others get to end by the job's own stop before they
+# are stopped here. It covers a heartbeat or two and their own SIGKILL wait; a node that failed
+# before its job existed (exit 2 at plan time) would otherwise leave the others waiting out
+# arrival_timeout + peer_timeout.
+_OTHERS_MARGIN = 15.0
 
 
 def _die_with_marun_setup() -> Callable[[], None] | None:
@@ -185,6 +191,7 @@ class Supervisor:
         self._pending: dict[int, float] = {}  # record index -> monotonic time of its restart
         self._phase = Phase.RUNNING
         self._deadline = 0.0
+        self._others_due: float | None = None  # fail_fast off: when to stop the others anyway
         self._signalled: set[int] = set()  # adopted orphans signalled one by one while stopping
         self._stop_sig = int(signal.SIGTERM)
         self._last_scan = 0.0
@@ -291,6 +298,8 @@ class Supervisor:
         due = [t - now for t in self._pending.values()]
         if self._phase in (Phase.STOPPING, Phase.KILLING):
             due.append(self._deadline - now)
+        elif self._others_due is not None:
+            due.append(self._others_due - now)
         return max(0.0, min([_TICK, *due]))
 
     # -- starting ---------------------------------------------------------------------------
@@ -440,6 +449,8 @@ class Supervisor:
         )
         if self._options.fail_fast:
             self._begin_stop("failure", signal.SIGTERM)
+        else:
+            self._others_due = time.monotonic() + self._options.grace_period + _OTHERS_MARGIN
         if self._link is not None:
             # The last lines it wrote may still be in its pipe: its pump takes them in first
             # (the end of the pipe comes at once unless something it started holds it open).
@@ -474,6 +485,8 @@ class Supervisor:
                 self._start(index)
 
     def _advance(self) -> None:
+        if self._phase is Phase.RUNNING and self._stop_the_others():
+            return
         if self._phase is Phase.RUNNING:
             waiting = [
                 r for i, r in enumerate(self._records) if r.ending is None or i in self._pending
@@ -500,6 +513,16 @@ class Supervisor:
             # Orphans adopted while stopping get the same signal as everyone before them.
             self._last_scan = now
             self._signal_orphans(signal.SIGKILL if self._phase is Phase.KILLING else self._stop_sig)
+
+    def _stop_the_others(self) -> bool:
+        """fail_fast off: once the others have had their window after the first failure, stop
+        them here (True when that began)."""
+        if self._others_due is None or time.monotonic() < self._others_due:
+            return False
+        window = self._options.grace_period + _OTHERS_MARGIN
+        self._emit("others_stopped_after_failure", "warning", after_seconds=window)
+        self._begin_stop(f"still running {window:g}s after the first failure", signal.SIGTERM)
+        return True
 
     # -- signals ----------------------------------------------------------------------------
 
