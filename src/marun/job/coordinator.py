@@ -42,6 +42,7 @@ from marun.job.limits import (
     per_source_limit,
     total_limit,
 )
+from marun.job.phases import JobPhase
 from marun.job.protocol import (
     MAX_HELLO_LINE,
     MAX_LINE,
@@ -127,15 +128,17 @@ class Coordinator:
         self.members: dict[tuple[int, int], MemberState] = {}
         self.started_at = time.time()
         self._t0 = time.monotonic()
-        self.start_sent = False
+        # Where the job is (marun.job.phases: the transitions); `stopped` is the stop message
+        # sent on entering STOPPING, `_start_at` when `start` went out (None: never).
+        self.phase = JobPhase.GATHERING
+        self._start_at: float | None = None
         self.stopped: dict[str, Any] | None = None  # the stop sent: {code, failure}
         self.first_failure: dict[str, Any] | None = None
         self.exit_code: int | None = None
-        self.done_sent = False
         self._allowed: set[str] | None = None
         self._allowed_at = 0.0
         self._last_hb = 0.0
-        self._dump_since: float | None = None
+        self._dump_since: float | None = None  # DUMPING: when `dump` went out
         self._hang_why = ""
         self._hang = (
             None
@@ -147,8 +150,23 @@ class Coordinator:
             )
         )
         self._last_run = time.monotonic()
-        self._closing = False
+        # Not a phase of the job: another thread's request that this one finish (after DONE).
+        self._close_requested = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="marun-coordinator", daemon=True)
+
+    @property
+    def start_sent(self) -> bool:
+        return self._start_at is not None
+
+    @property
+    def done_sent(self) -> bool:
+        return self.phase is JobPhase.DONE
+
+    def _enter(self, phase: JobPhase) -> None:
+        """The one place the phase changes; only forward (marun.job.phases)."""
+        order = list(JobPhase)
+        if order.index(phase) > order.index(self.phase):
+            self.phase = phase
 
     @property
     def expected(self) -> int:
@@ -164,7 +182,7 @@ class Coordinator:
 
     def close(self, linger: float = 2.0) -> None:
         """After `done`: let members read it, then stop."""
-        self._closing = True
+        self._close_requested.set()
         self._thread.join(linger + 1.0)
 
     # -- the loop ---------------------------------------------------------------------------
@@ -190,7 +208,7 @@ class Coordinator:
                         self._tick()
                 except Exception as exc:
                     self._unexpected(exc, None)
-                if self._closing:
+                if self._close_requested.is_set():
                     closing_since = closing_since or time.monotonic()
                     live = [c for c in self._conns if c.member is not None]
                     if not live or time.monotonic() - closing_since > 2.0:
@@ -393,7 +411,7 @@ class Coordinator:
             member.ended = time.time()
             member.outcome = str(body.get("outcome"))[:40]
             member.exit_code = int(body.get("exit_code", 0))
-            if not self.start_sent and self.stopped is None:
+            if self.phase is JobPhase.GATHERING:
                 # It ended before the job started (its marun was stopped while waiting): the
                 # job cannot start without it.
                 code = member.exit_code or LOST_EXIT
@@ -471,7 +489,8 @@ class Coordinator:
         elif self.start_sent:
             self._send(member, "start")
         elif len(self.members) == self.expected:
-            self.start_sent = True
+            self._start_at = time.monotonic()
+            self._enter(JobPhase.RUNNING)
             self._log("job_start", nodes=self.coord.nodes)
             self._broadcast("start")
 
@@ -489,7 +508,7 @@ class Coordinator:
         leader = old is None
         node = self.coord.leader if leader else key[0]
         host = self.coord.host if leader else str(body.get("host", "?"))[:200]
-        if old is not None and not self.start_sent and self.stopped is None:
+        if old is not None and self.phase is JobPhase.GATHERING:
             self._log("node_replaced", "warning", node=key[0], slot=key[1], host=host)
             old.ended = old.outcome = old.exit_code = None
             return
@@ -512,6 +531,7 @@ class Coordinator:
         self.first_failure = failure
         self.exit_code = code
         self.stopped = {"code": code, "failure": failure}
+        self._enter(JobPhase.STOPPING)
         # `failed_node`, not `node`: every other event's `node` is the node that logs it.
         where = {k: failure[k] for k in ("why",) if failure.get(k)}
         if failure.get("node") is not None:
@@ -531,7 +551,7 @@ class Coordinator:
         if now - self._last_hb >= HEARTBEAT:
             self._last_hb = now
             self._broadcast("hb")
-        if not self.start_sent and self.stopped is None:
+        if self.phase is JobPhase.GATHERING:
             self._forget_departed()
             if now - self._t0 >= self.coord.arrival_timeout:
                 self._arrival_failed()
@@ -595,19 +615,20 @@ class Coordinator:
         running = [m for m in self.members.values() if m.ended is None and not m.daemons_only]
         if not running:
             return
-        if self._dump_since is None:
+        if self.phase is JobPhase.RUNNING:
             idle = min(m.idle + (now - m.last_seen) for m in running)
             why = self._hang.tick(running, idle, now)
             if why is not None:
                 self._hang_why = why
                 self._dump_since = now
+                self._enter(JobPhase.DUMPING)
                 for m in running:
                     m.stacks = None
                 self._log("job_hang", "error", idle_seconds=round(idle, 1), why=why)
                 self._broadcast("dump")
             return
         have = all(m.stacks is not None for m in running)
-        if have or now - self._dump_since >= _DUMP_WAIT:
+        if have or now - (self._dump_since or now) >= _DUMP_WAIT:
             self._stop(
                 HANG_EXIT,
                 {"exit_code": HANG_EXIT, "why": self._hang_why, "stacks": describe_stacks(running)},
@@ -623,11 +644,12 @@ class Coordinator:
             if all(m.daemons_only for m in pending):
                 # TF parameter servers: they end when the job is done, not on their own.
                 self.stopped = {"code": 0, "failure": None}
+                self._enter(JobPhase.STOPPING)
                 self._broadcast("stop", code=0, failure=None)
             return
         if pending:
             return
-        self.done_sent = True
+        self._enter(JobPhase.DONE)
         if self.exit_code is None:
             self.exit_code = next((m.exit_code for m in self.members.values() if m.exit_code), 0)
         self._broadcast("done", code=self.exit_code)

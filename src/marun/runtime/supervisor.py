@@ -38,7 +38,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -63,10 +63,20 @@ from marun.runtime.result import (
     nested_summary,
     write_result,
 )
-from marun.runtime.signals import RELAYED, STOP, SignalPipe, exit_code_for, signal_name
+from marun.runtime.signals import (
+    RELAYED,
+    STOP,
+    Interrupted,
+    SignalPipe,
+    exit_code_for,
+    interruptible,
+    signal_name,
+)
 
 if TYPE_CHECKING:
     from structlog.typing import FilteringBoundLogger
+
+    from marun.runtime.stacks import StackDumps
 
 if TYPE_CHECKING:
     from marun.runtime.joblink import JobEvent, JobLink
@@ -107,44 +117,30 @@ def _die_with_marun_setup() -> Callable[[], None] | None:
 _DIE_WITH_MARUN = _die_with_marun_setup()
 
 
-class _Interrupted(Exception):
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-@contextlib.contextmanager
-def _interruptible() -> Iterator[None]:
-    """The stop signals end a wait in the main thread (even as PID 1, where a signal without a
-    handler is ignored): the wait for the rest of the job at the end."""
-
-    def handler(signum: int, _: object) -> None:
-        raise _Interrupted(signum)
-
-    old = {sig: signal.signal(sig, handler) for sig in STOP}
-    try:
-        yield
-    finally:
-        for sig, previous in old.items():
-            signal.signal(sig, previous)
-
-
 class Phase(Enum):
     """Where the supervisor is in a job's life (like torch elastic's `WorkerState`).
 
+    ARRIVING  a node of a multi-node job waits for node 0's `start` (every node has arrived):
+              nothing runs yet. A stop from node 0 or a stop signal moves on to STOPPING.
     RUNNING   processes start, fail, restart; the first cause of the end moves on to STOPPING.
     STOPPING  the stop signal was sent to everything; waiting `grace_period` for it to go.
     KILLING   SIGKILL was sent to what was left; waiting up to `_KILL_WAIT` for the kernel.
     GAVE_UP   processes outlived SIGKILL (stuck in the kernel): marun stops waiting and ends.
 
-    Transitions only go forward: RUNNING -> STOPPING -> KILLING -> GAVE_UP. The loop ends when no
+    Transitions only go forward: (ARRIVING ->) RUNNING -> STOPPING -> KILLING -> GAVE_UP, and
+    ARRIVING -> STOPPING. The loop ends when no
     child is left in any phase but RUNNING, or at GAVE_UP.
     """
 
+    ARRIVING = "arriving"
     RUNNING = "running"
     STOPPING = "stopping"
     KILLING = "killing"
     GAVE_UP = "gave up"
+
+
+# The phases before the stop: a failure, a signal or node 0's stop still decides the end.
+_LIVE = (Phase.ARRIVING, Phase.RUNNING)
 
 
 class Supervisor:
@@ -189,7 +185,8 @@ class Supervisor:
         self._running: dict[int, tuple[ProcessRecord, subprocess.Popen[bytes]]] = {}
         self._groups: set[int] = set()  # every process group started, leader alive or not
         self._pending: dict[int, float] = {}  # record index -> monotonic time of its restart
-        self._phase = Phase.RUNNING
+        # ARRIVING only where the job spans nodes: nothing starts before node 0 says `start`.
+        self._phase = Phase.ARRIVING if link is not None else Phase.RUNNING
         self._deadline = 0.0
         self._others_due: float | None = None  # fail_fast off: when to stop the others anyway
         self._signalled: set[int] = set()  # adopted orphans signalled one by one while stopping
@@ -206,8 +203,8 @@ class Supervisor:
         # The rest of the job (multi-node plans with a coordination section): nothing starts
         # before every node has arrived; a stop from node 0 ends this node like a failure here.
         self._link = link
-        self._arriving = link is not None
         self._job_stop: JobEvent | None = None
+        self._stacks: StackDumps | None = None  # the hang watchdog's py-spy dumps, off the loop
         coord = plan.coordination
         # Where the nodes share one console (marun simulate), the leader's marun alone prints the
         # job's first failure with its last lines; the others one line per process.
@@ -249,13 +246,16 @@ class Supervisor:
             self._log_early_events()
             self._report_log_errors()
             self._sel.close()
+            if self._stacks is not None:
+                self._stacks.close()
             if drained:  # else a pump still holds them, and marun is about to exit
                 for fd in self._log_fds:
                     os.close(fd)
         return self._finish()
 
     def _start_all(self) -> None:
-        self._arriving = False
+        if self._phase is Phase.ARRIVING:
+            self._phase = Phase.RUNNING
         self.job.started = time.time()
         for index in range(len(self._records)):
             if not self._start(index):
@@ -264,22 +264,17 @@ class Supervisor:
 
     def _on_job(self, events: list[JobEvent]) -> None:
         for event in events:
-            if event.kind == "start" and self._arriving and self._phase is Phase.RUNNING:
+            if event.kind == "start" and self._phase is Phase.ARRIVING:
                 self._emit("job_started")
                 self._start_all()
-            elif event.kind == "dump" and self._phase is Phase.RUNNING and self._link is not None:
-                from marun.runtime.stacks import dump_stacks
-
+            elif event.kind == "dump" and self._phase is Phase.RUNNING:
                 # code 1: the watchdog's sample (to compare with another): not written to logs
-                sample = event.code == 1
-                self._link.report_stacks(
-                    dump_stacks(self._records, self._running, self._log_fds, write=not sample)
-                )
+                self._request_stacks(sample=event.code == 1)
             elif event.kind == "stop" and self._job_stop is None:
                 # Kept even when this node is already stopping: the job's first failure is
                 # printed at the end whichever node it was on.
                 self._job_stop = event
-                if self._phase is not Phase.RUNNING:
+                if self._phase not in _LIVE:
                     continue
                 self._pending.clear()
                 self.job.exit_code = event.code
@@ -288,8 +283,25 @@ class Supervisor:
                 self._emit("job_stop", "error" if event.code else "info", code=event.code)
                 self._begin_stop(reason, signal.SIGTERM)
 
+    def _request_stacks(self, sample: bool) -> None:
+        """py-spy takes seconds a process: the dumps run in marun.runtime.stacks' own thread,
+        and the loop goes on. It gets what to dump, with its own descriptor of each log."""
+        from marun.runtime.stacks import StackDumps, Target
+
+        if self._link is None:
+            return
+        if self._stacks is None:
+            self._stacks = StackDumps(self._link.report_stacks)
+        targets = []
+        for pid, (rec, _) in sorted(self._running.items()):
+            if rec.spec.daemon:
+                continue
+            fd = None if sample else os.dup(self._log_fds[self._records.index(rec)])
+            targets.append(Target(pid, rec.spec.name, rec.spec.rank, fd))
+        self._stacks.request(targets)
+
     def _finished(self) -> bool:
-        return self._phase is not Phase.RUNNING and (
+        return self._phase not in _LIVE and (
             not self._children_left or self._phase is Phase.GAVE_UP
         )
 
@@ -434,7 +446,7 @@ class Supervisor:
         self._fail(rec)
 
     def _fail(self, rec: ProcessRecord) -> None:
-        if self._phase is not Phase.RUNNING or self.job.first_failure is not None:
+        if self._phase not in _LIVE or self.job.first_failure is not None:
             return
         assert rec.ending is not None
         self.job.first_failure = rec
@@ -533,7 +545,7 @@ class Supervisor:
             self._emit(
                 "signal_received", "warning", signal=signal_name(signum), phase=self._phase.value
             )
-            if signum in STOP and self._phase is Phase.RUNNING:
+            if signum in STOP and self._phase in _LIVE:
                 self._pending.clear()
                 if self._daemons_only:
                     self.job.outcome = "succeeded"
@@ -562,12 +574,12 @@ class Supervisor:
                 "exit_code": exit_code_for(signum),
                 "signal": name,
                 "why": f"node {self._node.index} ({self._node.host}) stopped by {name}"
-                + (" before the start" if self._arriving else ""),
+                + (" before the start" if self._phase is Phase.ARRIVING else ""),
             }
         )
 
     def _begin_stop(self, reason: str, signum: int) -> None:
-        if self._phase is not Phase.RUNNING:
+        if self._phase not in _LIVE:
             return
         self._phase = Phase.STOPPING
         self._stop_sig = signum
@@ -634,9 +646,9 @@ class Supervisor:
         """Tell node 0 how this node ended, wait for the job's end, print its first failure."""
         assert self._link is not None
         try:
-            with _interruptible():
+            with interruptible():
                 code = self._link.report_end(self.job.outcome, self.job.exit_code, directory)
-        except _Interrupted as exc:
+        except Interrupted as exc:
             # Stopped while waiting for the rest of the job (the platform ends the pod).
             self._emit("signal_received", "warning", signal=signal_name(exc.signum), phase="end")
             code = self.job.exit_code or 128 + exc.signum
