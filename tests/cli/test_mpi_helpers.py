@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from marun.mpi.leader import FailureScanner, read_hostfile, write_hostfile
-from marun.mpi.planner import mpirun_ssh_options, plm_rsh_args
+from marun.mpi.mpirun_command import mpirun_ssh_options, plm_rsh_args
 
 # -- what mpirun says about the first failure ----------------------------------------------------
 
