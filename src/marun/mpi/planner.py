@@ -105,6 +105,39 @@ def _notes(
     nic: Nic | None,
     held: Sequence[str],
 ) -> tuple[str, ...]:
+    notes = _cluster_notes(layout, nic)
+    if sshd is None:
+        notes.append(
+            "sshd is not on PATH nor in " + ", ".join(SSHD_DIRS) + ": the image needs "
+            "openssh-server (the plan shows it as plain 'sshd')"
+        )
+    if not layout.platform_key:
+        where = os.path.join(layout.ssh_dir, PLATFORM_KEY)
+        notes.append(
+            f"no client key at {where}: marun will generate a per-job key at {layout.client_key} "
+            f"and authorize it in {layout.authorized_keys[1]}"
+        )
+    if held:
+        notes.append(
+            "not forwarded to the ranks, secret names matched only by a pattern in "
+            f"mpi_forward_env: {', '.join(held)} (name one in full to forward it, by name only)"
+        )
+    if layout.user is None:
+        notes.append(f"uid {platform.uid} has no passwd entry: sshd cannot log it in")
+    honoured = {
+        MY_SSHD_PORT: f"sshd_port {layout.port}",
+        MY_MPI_SLOTS: f"{layout.slots} slot(s) per host",
+        MY_MPI_BTL_TCP_IF: "the interfaces for btl/oob_tcp_if_include",
+    }
+    for name, meaning in honoured.items():
+        value = platform_value(platform, name)
+        if value is not None:
+            notes.append(f"{name}={value} (run_mpi.sh's variable) taken as {meaning}")
+    return tuple(notes)
+
+
+def _cluster_notes(layout: MpiLayout, nic: Nic | None) -> list[str]:
+    """What a job of several nodes does: formation, the other nodes, the interfaces."""
     hosts = len(layout.hosts)
     notes: list[str] = []
     if nic is not None and hosts > 1:  # node 0 is in the plan
@@ -152,34 +185,7 @@ def _notes(
                 f"{nic.name!r} (its network is unknown): every node needs an interface of that "
                 "name; NCCL_SOCKET_IFNAME is left to each node unless set"
             )
-    if sshd is None:
-        notes.append(
-            "sshd is not on PATH nor in " + ", ".join(SSHD_DIRS) + ": the image needs "
-            "openssh-server (the plan shows it as plain 'sshd')"
-        )
-    if not layout.platform_key:
-        where = os.path.join(layout.ssh_dir, PLATFORM_KEY)
-        notes.append(
-            f"no client key at {where}: marun will generate a per-job key at {layout.client_key} "
-            f"and authorize it in {layout.authorized_keys[1]}"
-        )
-    if held:
-        notes.append(
-            "not forwarded to the ranks, secret names matched only by a pattern in "
-            f"mpi_forward_env: {', '.join(held)} (name one in full to forward it, by name only)"
-        )
-    if layout.user is None:
-        notes.append(f"uid {platform.uid} has no passwd entry: sshd cannot log it in")
-    honoured = {
-        MY_SSHD_PORT: f"sshd_port {layout.port}",
-        MY_MPI_SLOTS: f"{layout.slots} slot(s) per host",
-        MY_MPI_BTL_TCP_IF: "the interfaces for btl/oob_tcp_if_include",
-    }
-    for name, meaning in honoured.items():
-        value = platform_value(platform, name)
-        if value is not None:
-            notes.append(f"{name}={value} (run_mpi.sh's variable) taken as {meaning}")
-    return tuple(notes)
+    return notes
 
 
 def key_options(platform: Platform, layout: MpiLayout, node_0_here: bool) -> tuple[str, ...]:
@@ -235,33 +241,7 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     hosts = len(layout.hosts)
 
     sshd = find_sshd(platform.env.get("PATH"))
-    session = session_env(platform.env)
-    sshd_config = FileSpec(
-        layout.sshd_config,
-        render_sshd_config(
-            port=layout.port,
-            host_key=layout.host_key,
-            pid_file=layout.pid_file,
-            authorized_keys=layout.authorized_keys,
-            hosts=hosts,
-            user=layout.user,
-            set_env=session,
-        ),
-        0o644,
-    )
-    sshd_proc = ProcessSpec(
-        name="sshd",
-        argv=(
-            *(python, "-m", "marun.mpi.sshd_bootstrap", "--run-dir", layout.run_dir),
-            *key_options(platform, layout, 0 in indexes),
-            *("--", sshd or "sshd", "-D", "-e", "-f", layout.sshd_config),
-        ),
-        env={},
-        cwd=layout.run_dir,
-        log=layout.sshd_log,
-        role="sshd",
-        daemon=True,
-    )
+    sshd_config, sshd_proc = _sshd(platform, layout, sshd, 0 in indexes)
     logs = log_dir(platform)
     nodes = []
     for index in indexes:
@@ -271,9 +251,7 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
             node_files += (
                 FileSpec(layout.hostfile, hostfile_content(layout.hosts, layout.slots), 0o644),
             )
-            peers: tuple[str, ...] = ()
-            if hosts > 1:
-                peers = tuple(f"--ssh-option={word}" for word in rsh_options)
+            peers = tuple(f"--ssh-option={word}" for word in rsh_options) if hosts > 1 else ()
             leader = ProcessSpec(
                 name="mpi-leader",
                 argv=(
@@ -293,3 +271,37 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
             node_procs = (sshd_proc,)  # daemons only: ends with the job
         nodes.append(NodePlan(index, layout.hosts[index], node_files, node_procs))
     return LaunchPlan("mpi", tuple(nodes), _notes(platform, layout, sshd, nic, held))
+
+
+def _sshd(
+    platform: Platform, layout: MpiLayout, sshd: str | None, node_0_here: bool
+) -> tuple[FileSpec, ProcessSpec]:
+    """Every node's sshd: its config file and its process (a daemon)."""
+    session = session_env(platform.env)
+    sshd_config = FileSpec(
+        layout.sshd_config,
+        render_sshd_config(
+            port=layout.port,
+            host_key=layout.host_key,
+            pid_file=layout.pid_file,
+            authorized_keys=layout.authorized_keys,
+            hosts=len(layout.hosts),
+            user=layout.user,
+            set_env=session,
+        ),
+        0o644,
+    )
+    sshd_proc = ProcessSpec(
+        name="sshd",
+        argv=(
+            *(platform.python, "-m", "marun.mpi.sshd_bootstrap", "--run-dir", layout.run_dir),
+            *key_options(platform, layout, node_0_here),
+            *("--", sshd or "sshd", "-D", "-e", "-f", layout.sshd_config),
+        ),
+        env={},
+        cwd=layout.run_dir,
+        log=layout.sshd_log,
+        role="sshd",
+        daemon=True,
+    )
+    return sshd_config, sshd_proc
