@@ -554,15 +554,16 @@ class Supervisor:
                     self.job.outcome = "interrupted"
                     self.job.exit_code = exit_code_for(signum)
                 self.job.signal = signum
+                before_start = self._phase is Phase.ARRIVING
                 self._begin_stop(f"received {signal_name(signum)}", signum)
-                self._signal_to_job(signum)
+                self._signal_to_job(signum, before_start)
             elif signum in STOP:
                 self._signal_everything(signum)
             else:
                 for pid in list(self._running):
                     signal_group(pid, signum)
 
-    def _signal_to_job(self, signum: int) -> None:
+    def _signal_to_job(self, signum: int, before_start: bool) -> None:
         """A stop signal to this node's marun (the platform deleting its pod, a user's ^C) is a
         failure of the whole job, mid-run or while the nodes gather: node 0 stops every node
         with 128+N (docs/supervision.md, "Signals")."""
@@ -574,7 +575,7 @@ class Supervisor:
                 "exit_code": exit_code_for(signum),
                 "signal": name,
                 "why": f"node {self._node.index} ({self._node.host}) stopped by {name}"
-                + (" before the start" if self._phase is Phase.ARRIVING else ""),
+                + (" before the start" if before_start else ""),
             }
         )
 
