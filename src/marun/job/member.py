@@ -14,7 +14,8 @@ import time
 import traceback
 from typing import Any
 
-from marun.job.coordinator import LOST_EXIT, Coordinator
+from marun.job.arrival import LOST_EXIT
+from marun.job.coordinator import Coordinator
 from marun.job.cputime import descendants_cpu
 from marun.job.phases import MemberPhase
 from marun.job.protocol import (
@@ -209,12 +210,7 @@ class Member:
                 continue
             if now - last_hb >= HEARTBEAT:
                 last_hb = now
-                fields: dict[str, Any] = {"idle": round(now - self._last_activity, 2)}
-                if self.coord.hang_timeout is not None:
-                    cpu = descendants_cpu()
-                    if cpu is not None:
-                        fields["cpu"] = round(cpu, 2)
-                self._send("hb", **fields)
+                self._heartbeat(now)
             if now - last_heard > self.coord.peer_timeout:
                 self._lost(
                     f"no word from node {self.coord.leader}'s marun for "
@@ -222,36 +218,49 @@ class Member:
                 )
                 return
             sock = self._sock
-            if sock is None:
-                continue
-            try:
-                ready, _, _ = select.select([sock], [], [], 0.2)
-            except (OSError, ValueError):
-                self._disconnect()
-                continue
-            if not ready:
-                continue
-            try:
-                data = sock.recv(1 << 16)
-            except OSError:
-                data = b""
-            if not data:
-                self._disconnect()
-                continue
-            try:
-                lines = buf.feed(data)
-            except ProtocolError:
-                self._disconnect()
-                continue
-            for line in lines:
-                try:
-                    body = decode(self._secret, self.coord.job, line)
-                    self._seq_in = fresh(body, self._mine, self._seq_in)
-                except ProtocolError as exc:
-                    self._log("job_message_refused", "warning", source="leader", reason=str(exc))
-                    continue
+            if sock is not None and self._read_leader(sock, buf):
                 last_heard = time.monotonic()
-                self._handle(body)
+
+    def _heartbeat(self, now: float) -> None:
+        fields: dict[str, Any] = {"idle": round(now - self._last_activity, 2)}
+        if self.coord.hang_timeout is not None:
+            cpu = descendants_cpu()
+            if cpu is not None:
+                fields["cpu"] = round(cpu, 2)
+        self._send("hb", **fields)
+
+    def _read_leader(self, sock: socket.socket, buf: LineBuffer) -> bool:
+        """What node 0 sent within 0.2 s, handled; True when a message of the job's came."""
+        try:
+            ready, _, _ = select.select([sock], [], [], 0.2)
+        except (OSError, ValueError):
+            self._disconnect()
+            return False
+        if not ready:
+            return False
+        try:
+            data = sock.recv(1 << 16)
+        except OSError:
+            data = b""
+        if not data:
+            self._disconnect()
+            return False
+        try:
+            lines = buf.feed(data)
+        except ProtocolError:
+            self._disconnect()
+            return False
+        heard = False
+        for line in lines:
+            try:
+                body = decode(self._secret, self.coord.job, line)
+                self._seq_in = fresh(body, self._mine, self._seq_in)
+            except ProtocolError as exc:
+                self._log("job_message_refused", "warning", source="leader", reason=str(exc))
+                continue
+            heard = True
+            self._handle(body)
+        return heard
 
     def _connect(self) -> bool:
         self._tries += 1
