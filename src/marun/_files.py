@@ -1,8 +1,8 @@
 """Writing files and finding programs, the one way marun does each.
 
-- `atomic_write`: a reader (mpirun reading a hostfile, a follower reading the job's status, a
-  user reading result.json) sees the old file or the new one, never half of one; the file is
-  created with its final mode, so it is never readable by others even for an instant.
+- `atomic_write`: a reader (mpirun reading a hostfile, a user reading result.json or job.json)
+  sees the old file or the new one, never half of one; the file is created with its final mode,
+  so it is never readable by others even for an instant.
 - `write_all`: `os.write` may write less than asked on a pipe; this writes everything.
 - `private_dir`: a directory only we can enter (run directory, keys, logs).
 - `find_executable`: PATH, then directories where a tool lives but PATH often leaves out

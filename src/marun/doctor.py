@@ -237,9 +237,7 @@ def _ports(platform: Platform, mode: str | None) -> list[tuple[str, int]]:
     ports: list[tuple[str, int]] = []
     if mode == "mpi":
         ports.append(("sshd_port", s.sshd_port))
-        if platform.env.get("MA_NUM_HOSTS", "1") != "1":
-            ports.append(("mpi_watch_port", s.mpi_watch_port))
-    if mode not in (None, "mpi") and platform.env.get("MA_NUM_HOSTS", "1") != "1" and s.job_port:
+    if mode is not None and platform.env.get("MA_NUM_HOSTS", "1") != "1" and s.job_port:
         # Node 0's marun listens there for the job's other nodes (docs/supervision.md).
         ports.append(("job_port", s.job_port))
     if mode == "mindspore":

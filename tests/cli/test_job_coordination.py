@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from marun.job.coordinator import LOST_EXIT, Coordinator
+from marun.job.arrival import LOST_EXIT
+from marun.job.coordinator import Coordinator
 from marun.job.member import Member
 from marun.job.protocol import ProtocolError, decode, encode, fresh, new_nonce
 from marun.plan.coordination import Coordination

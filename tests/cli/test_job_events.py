@@ -245,3 +245,41 @@ def test_another_job_on_the_same_port_is_refused_and_job_a_goes_on(
     finally:
         a.kill_all()
         b.kill_all()
+
+
+FAKE_PY_SPY = """\
+#!/bin/sh
+# A py-spy that hangs until released, and says whether marun's stop reached it.
+trap 'echo TERM > "$FAKE_DIR/term"; exit 1' TERM
+echo $$ > "$FAKE_DIR/dumping.$$"
+while [ ! -e "$FAKE_DIR/release" ]; do sleep 0.1; done
+echo "fake stacks"
+"""
+
+
+def test_a_stack_dump_under_way_does_not_hold_up_a_signal(tmp_path: Path) -> None:
+    """py-spy can take 10 s a rank: the dumps run beside the supervisor's loop, not in it. Node
+    1's py-spy (a stand-in that hangs) is mid-dump when node 1 gets SIGTERM: its loop answers at
+    once and stops everything it started, the dump included, with that SIGTERM. In the loop, the
+    dump would have held the signal until py-spy's time-out killed it (SIGKILL, no trace)."""
+    fake = tmp_path / "fake-bin"
+    fake.mkdir()
+    (fake / "py-spy").write_text(FAKE_PY_SPY)
+    (fake / "py-spy").chmod(0o755)
+    job = LoopbackJob(tmp_path, nodes=2)
+    job.options = ["--hang-timeout", "4"]
+    try:
+        job.start([0], ASLEEP)
+        path = f"{fake}:{os.environ['PATH']}"
+        job.start([1], ASLEEP, env={"PATH": path, "FAKE_DIR": str(fake)})
+        deadline = time.monotonic() + 120
+        while not list(fake.glob("dumping.*")):
+            assert time.monotonic() < deadline, job.report()
+            time.sleep(0.05)
+        job.signal(1, signal.SIGTERM)
+        codes = job.finish()
+        assert set(codes) == {0, 1} and all(codes.values()), job.report()
+        assert (fake / "term").read_text() == "TERM\n", job.report()
+    finally:
+        (fake / "release").touch()
+        job.kill_all()

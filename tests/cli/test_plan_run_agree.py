@@ -51,7 +51,6 @@ CASES = [
     Given("mpi_forward_env", "env", "1x,PATH", "PATH,MA_*", "mpi"),
     Given("formation_timeout", "env", "nan", "30", "mpi"),
     Given("peer_timeout", "yaml", "-1", "30", "mpi"),
-    Given("mpi_watch_port", "env", "70000", "2223", "mpi"),
     Given("log_dir", "yaml", "[a]", "logs"),
     Given("run_dir", "env", "{job}/a'b", "{job}/run", "mpi"),
     Given("grace_period", "cli", "-5", "5"),

@@ -195,6 +195,39 @@ def test_a_failing_rank_stops_the_others_and_names_itself(tmp_path: Path) -> Non
     assert stat.S_IMODE((log_dir / "result.json").stat().st_mode) == 0o600
 
 
+def test_without_fail_fast_the_others_are_stopped_once_their_window_has_passed(
+    tmp_path: Path,
+) -> None:
+    """marun simulate's outer supervision (fail_fast off: its nodes stop one another as one job).
+    A node that fails before its job exists (exit 2 at plan time) leaves the others nothing to
+    stop them: after grace_period and a margin they are stopped here, instead of waiting out
+    arrival_timeout + peer_timeout (360 s by default; this one would sleep 600 s)."""
+    plan = {
+        "mode": "test",
+        "node": {"index": 0, "host": "here"},
+        "fail_fast": False,
+        "processes": [
+            proc(tmp_path, "node0", "*=exit:2", env={"W_LABEL": "node0"}),
+            proc(tmp_path, "node1", "*=sleep", env={"W_LABEL": "node1"}),
+        ],
+    }
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    res = subprocess.run(
+        [sys.executable, str(RUN_PLAN), str(tmp_path / "plan.json")],
+        env=clean_env(worker_env(tmp_path, 2, MARUN_GRACE_PERIOD="1")),
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert res.returncode == 2, res.stderr
+    assert signals_seen(tmp_path, "node1") == ["TERM"]
+    rec = result(tmp_path, "logs")
+    assert rec["first_failure"]["name"] == "node0"
+    assert by_name(rec)["node1"]["stopped_by"] == "SIGTERM"
+
+
 def test_a_rank_ignoring_sigterm_gets_sigkill_after_the_grace_period(tmp_path: Path) -> None:
     env = worker_env(tmp_path, 3, MARUN_GRACE_PERIOD="1")
     res = run_marun(pytorch_args(3, ["1=exit:3", "0=stubborn", "*=sleep"]), env=env, cwd=tmp_path)

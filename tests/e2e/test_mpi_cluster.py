@@ -4,7 +4,9 @@ mpi` as its PID 1, under the mpi4py venv's interpreter, with the environment exa
 platform sets it (MA_VJ_NAME, MA_TASK_NAME=worker, VC_TASK_INDEX, MA_NUM_HOSTS, MA_NUM_GPUS; host
 names `<job>-worker-<i>.<job>` resolved through each host's /etc/hosts) and a Volcano-style ssh
 secret (id_rsa, id_rsa.pub, authorized_keys, config) shared by every host, named by MARUN_SSH_DIR.
-Real sshd, real ssh, real mpirun and orted, real mpi4py ranks.
+Real sshd, real ssh, real mpirun and orted, real mpi4py ranks. The nodes are joined by the
+job's coordination (marun.job, node 0's job_port), as in every mode: node 0 runs mpirun, the
+others are daemons only (sshd) and end with the job, with its exit code.
 
 The hosts share the machine's file system (/tmp included), so each gets its own MARUN_RUN_DIR,
 TMPDIR and working directory; the platform's containers have theirs anyway. Hosts start in a
@@ -14,6 +16,7 @@ MA_NUM_GPUS=2 only sets the slots per host.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -24,6 +27,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from local_cluster import framework_python
@@ -165,6 +169,12 @@ class MpiJob:
                 pytest.fail(f"node {i} never showed {count} x {pattern!r}\n{self.report()}")
             time.sleep(0.1)
 
+    def job_json(self) -> dict[str, Any]:
+        """Node 0's job.json: every node's end as the coordinator saw it."""
+        path = self.cluster.host_dir(0) / "job" / "marun_logs" / "job.json"
+        data: dict[str, Any] = json.loads(path.read_text())
+        return data
+
     def report(self) -> str:
         parts = [f"seed {self.seed} (host start order and delays)"]
         for i, node in sorted(self.nodes.items()):
@@ -291,31 +301,31 @@ def test_allreduce_over_three_hosts(
     assert all(world == size and total == expected for world, _, total, expected in ranks.values())
     assert {host for _, host, _, _ in ranks.values()} == {cluster.name(i) for i in range(3)}
     assert "cluster formation: 3/3 hosts ready" in job.nodes[0].output
-    for i in (1, 2):
-        assert "reports the job finished (mpirun finished)" in job.nodes[i].output, job.report()
+    report = job.job_json()
+    assert report["exit_code"] == 0 and report["first_failure"] is None, report
+    assert [n["slots"][0]["exit_code"] for n in report["nodes"]] == [0, 0, 0], report
     job.assert_nothing_left()
 
 
 def test_a_host_that_never_starts(
     make_cluster: MakeCluster, mpi_python: Path, tmp_path: Path
 ) -> None:
-    """Host 2 never runs marun: node 0 names it and why once formation_timeout has passed, and
-    tells node 1 to stop."""
+    """Host 2 never runs marun: nothing starts (the job's arrival barrier), and once
+    arrival_timeout has passed every node that came exits 1, naming node 2."""
     cluster = make_cluster(3)
-    # Long enough for host 1's marun and sshd to start on a loaded machine; host 2 never does.
-    env = {"MARUN_FORMATION_TIMEOUT": "8", "MARUN_PEER_TIMEOUT": "3"}
+    # Long enough for host 1's marun to arrive on a loaded machine; host 2 never does.
+    env = {"MARUN_ARRIVAL_TIMEOUT": "8", "MARUN_PEER_TIMEOUT": "3"}
     job = MpiJob(cluster, volcano_ssh_secret(tmp_path / "ssh", 0o600), mpi_python, env=env)
     job.start(REPO / "examples" / "mpi_allreduce.py", hosts=(0, 1))
     codes = job.finish()
     assert codes == {0: 1, 1: 1}, job.report()
-    missing = f"node 2 {cluster.fqdn(2)} ({cluster.address(2)}): port 36666 closed"
-    node0 = job.nodes[0].output
-    assert "cluster formation failed: 1 of 3 hosts not ready within formation_timeout=8s" in node0
-    assert missing in node0
-    assert "mpirun exited" not in node0  # never started
-    node1 = job.nodes[1].output
-    assert "reports the job failed with status 1: the cluster did not form: " + missing in node1
-    assert rank_lines(node0) == {}
+    for i in (0, 1):
+        said = job.nodes[i].output
+        assert f"1 of 3 nodes missing after 8s: node 2 ({cluster.fqdn(2)}) never reported" in said
+        assert "cluster formation" not in said  # mpirun's side never started
+    report = job.job_json()
+    assert report["exit_code"] == 1 and report["nodes"][2]["slots"][0]["outcome"] == "missing"
+    assert rank_lines(job.nodes[0].output) == {}
     job.assert_nothing_left()
 
 
@@ -350,15 +360,23 @@ def test_lines_printed_in_pieces_come_out_whole(
 
 
 def test_a_rank_exits_3(make_cluster: MakeCluster, mpi_python: Path, tmp_path: Path) -> None:
+    """Rank 3 (on node 1: two slots per host) exits 3: mpirun ends with 3, node 0 with it, and
+    the job's fail-fast stops every node with 3, each naming the failure; job.json has it."""
     cluster = make_cluster(3)
     job = MpiJob(cluster, volcano_ssh_secret(tmp_path / "ssh", 0o600), mpi_python)
     job.start(_script(tmp_path, "fail_rank_3.py", FAIL_RANK_3), hosts=range(3))
     codes = job.finish()
     assert codes == {0: 3, 1: 3, 2: 3}, job.report()
     assert "mpirun exited with status 3 (rank 3 exited with code 3 first)" in job.nodes[0].output
-    for i in (1, 2):
+    for i in range(3):
         said = job.nodes[i].output
-        assert "reports the job failed with status 3: mpirun exited with status 3" in said
+        assert "the job stopped on every node, exit code 3" in said, job.report()
+        assert "first failure: node 0 " in said and "process mpi-leader, exit code 3" in said
+        assert "rank 3 exited with code 3 first" in said, job.report()
+    report = job.job_json()
+    assert report["exit_code"] == 3, report
+    assert (report["first_failure"]["node"], report["first_failure"]["exit_code"]) == (0, 3)
+    assert [n["slots"][0]["exit_code"] for n in report["nodes"]] == [3, 3, 3], report
     job.assert_nothing_left()
 
 
@@ -374,24 +392,25 @@ def test_sigterm_to_node_0_mid_run(
     os.killpg(job.nodes[0].proc.pid, signal.SIGTERM)  # reaches marun, PID 1 of node 0
     codes = job.finish()
     assert codes == {0: 143, 1: 143, 2: 143}, job.report()
-    assert "node 0 received SIGTERM; mpirun exited with status" in job.nodes[1].output
+    assert "node 0 received SIGTERM; mpirun exited with status" in job.nodes[0].output
+    for i in (1, 2):
+        assert "the job stopped on every node, exit code 143" in job.nodes[i].output
     job.assert_nothing_left()
 
 
-def test_sigterm_to_node_0_during_formation(
+def test_sigterm_to_node_0_before_every_node_arrived(
     make_cluster: MakeCluster, mpi_python: Path, tmp_path: Path
 ) -> None:
-    """Stopped while it waits for a host that never comes, node 0 tells the hosts it reached."""
+    """Stopped while it waits for a host that never comes, node 0 stops the node that came."""
     cluster = make_cluster(3)
     job = MpiJob(cluster, volcano_ssh_secret(tmp_path / "ssh", 0o600), mpi_python)
     job.start(REPO / "examples" / "mpi_allreduce.py", hosts=(0, 1))
-    job.wait_for(0, r"2/3 hosts ready; waiting for node 2 ", 1)
+    job.wait_for(0, r"2/3 nodes up", 1)
     os.killpg(job.nodes[0].proc.pid, signal.SIGTERM)
     codes = job.finish()
     assert codes == {0: 143, 1: 143}, job.report()
-    assert "cluster formation stopped after" in job.nodes[0].output
-    said = job.nodes[1].output
-    assert "failed with status 143: node 0 received SIGTERM during cluster formation" in said
+    assert "cluster formation" not in job.nodes[0].output  # mpirun's side never started
+    assert "stopped by SIGTERM" in job.nodes[1].output, job.report()
     job.assert_nothing_left()
 
 

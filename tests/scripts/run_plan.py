@@ -1,7 +1,8 @@
 """Run a hand-built plan through marun's executor, as `marun run` would after planning.
 
 Usage: run_plan.py PLAN.json [--exec]
-PLAN.json holds `{"mode", "node": {"index", "host"}, "processes": [ProcessSpec fields]}`.
+PLAN.json holds `{"mode", "node": {"index", "host"}, "processes": [ProcessSpec fields]}` and
+optionally `"fail_fast": false` (as marun simulate's outer supervision of coordinating nodes).
 Without --exec the node is supervised even when it holds one process. Supervision settings come
 from the environment (MARUN_GRACE_PERIOD, ...), as for the CLI.
 """
@@ -29,7 +30,7 @@ def main():
         platform = read_platform([], env, cwd, load_settings({}, env, cwd).settings)
         watching = supervision(platform, always_supervise="--exec" not in sys.argv[2:])
         # result.json next to the first process's log, as before the plan named a directory
-        watching = replace(watching, record_dir=None)
+        watching = replace(watching, record_dir=None, fail_fast=data.get("fail_fast", True))
         plan = LaunchPlan(data.get("mode", "test"), (node,), supervision=watching)
         code = execute(plan)
     except MarunError as exc:

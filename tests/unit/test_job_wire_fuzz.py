@@ -17,8 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from marun.job.coordinator import Coordinator, _Conn
+from marun.job.coordinator import Coordinator
 from marun.job.protocol import ProtocolError, decode, encode, new_nonce
+from marun.job.wire import Conn
 from marun.plan.coordination import Coordination
 
 SECRET = b"fuzz-secret"
@@ -96,7 +97,7 @@ class Peer:
         self.coordinator = coordinator
         ours, theirs = socket.socketpair()
         self.far = theirs
-        self.conn = _Conn(ours, "127.0.0.9")
+        self.conn = Conn(ours, "127.0.0.9")
         coordinator._conns.add(self.conn)
         self.mine = new_nonce()
         self.seq = 0

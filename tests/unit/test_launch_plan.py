@@ -115,7 +115,7 @@ def test_the_plan_commands_json_reads_back(tmp_path: Path) -> None:
     )
     assert res.returncode == 0, res.stderr
     plan = LaunchPlan.from_dict(json.loads(res.stdout))
-    assert [len(n.processes) for n in plan.nodes] == [2, 2, 2]
+    assert [len(n.processes) for n in plan.nodes] == [2, 1, 1]  # sshd + mpi-leader; sshd
     assert render_json(plan) == res.stdout
 
 

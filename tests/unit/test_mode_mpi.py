@@ -1,5 +1,5 @@
 """MPI mode's plan, through the real CLI: sshd (through marun.mpi.sshd_bootstrap) on every node, the
-hostfile and mpi-leader (with mpirun's argv) on node 0, mpi-follower on the others.
+hostfile and mpi-leader (with mpirun's argv) on node 0, sshd only on the others.
 
 The environment is the platform's own (MA_VJ_NAME, MA_TASK_NAME=worker, VC_TASK_INDEX,
 MA_NUM_HOSTS, MA_NUM_GPUS, VC_WORKER_HOSTS or a Volcano .host file). Nothing here is mocked
@@ -98,7 +98,7 @@ def ssh_words(key: str, port: int = 36666) -> list[str]:
 
 def leader_argv(job: Path, hosts: int, mpirun: list[str], key: str) -> list[str]:
     run = job / "run" / JOB
-    peers = ["--watch-port", "36667", *(f"--ssh-option={w}" for w in ssh_words(key))]
+    peers = [f"--ssh-option={w}" for w in ssh_words(key)]
     return [
         *(sys.executable, "-m", "marun.mpi.leader", "--hostfile", f"{run}/hostfile"),
         *("--port", "36666"),
@@ -236,26 +236,19 @@ def test_all_nodes_plan(
         assert sshd["log"] == f"{run}/sshd.log"
         assert files_of(node)["sshd_config"] == files_of(node0)["sshd_config"]
     for node in data["nodes"][1:]:
-        assert list(procs_of(node)) == ["sshd", "mpi-follower"]
+        assert list(procs_of(node)) == ["sshd"]  # daemons only: it ends with the job
         assert [f["path"] for f in node["files"]] == [f"{run}/sshd_config"]
-        follower = procs_of(node)["mpi-follower"]
-        assert follower["argv"] == [
-            *(sys.executable, "-m", "marun.mpi.follower", "wait", "--run-dir", str(run)),
-            *("--leader", expected_hosts[0], "--watch-port", "36667"),
-            *("--formation-timeout", "600", "--peer-timeout", "60"),
-        ]
-        assert (follower["role"], follower["daemon"]) == ("follower", False)
-        assert follower["log"] == str(job / "marun_logs" / "mpi-follower.log")
 
     notes = " ".join(data["notes"])
     assert ("mpi-leader first forms the cluster" in notes) == (hosts > 1)
     assert ("nodes 1-" in notes) == (hosts > 2)
-    assert ("node 1 runs sshd and mpi-follower" in notes) == (hosts == 2)
+    assert ("node 1 runs sshd only, and ends with the job" in notes) == (hosts == 2)
     assert "no client key" not in notes
 
 
 def test_this_node_only_on_a_worker(job: Path) -> None:
-    """Without --all-nodes, node 2 of 3 plans its sshd and follower: no hostfile, no mpirun."""
+    """Without --all-nodes, node 2 of 3 plans its sshd only (no hostfile, no mpirun) and the job's
+    coordination with node 0, as in every mode."""
     res = run_marun(
         ["plan", "--mode", "mpi", "--format", "json", "--", "train.py"],
         env=platform_env(job, 3, 8, index=2),
@@ -265,9 +258,12 @@ def test_this_node_only_on_a_worker(job: Path) -> None:
     data = json.loads(res.stdout)
     (node,) = data["nodes"]
     assert (node["index"], node["host"]) == (2, f"{JOB}-worker-2.{JOB}")
-    assert list(procs_of(node)) == ["sshd", "mpi-follower"]
+    assert list(procs_of(node)) == ["sshd"]
     assert list(files_of(node)) == ["sshd_config"]
-    assert any("nodes 1-2 run sshd and mpi-follower" in n for n in data["notes"])
+    assert any("nodes 1-2 run sshd only, and end with the job" in n for n in data["notes"])
+    coordination = data["coordination"]
+    assert (coordination["host"], coordination["port"]) == (f"{JOB}-worker-0.{JOB}", 36668)
+    assert (coordination["nodes"], coordination["index"], coordination["leader"]) == (3, 2, 0)
 
 
 def _sshd_options(node: Mapping[str, Any]) -> list[str]:
@@ -499,11 +495,10 @@ BAD = [
     pytest.param({"MARUN_RUN_DIR": "/tmp/a b"}, "run_dir='/tmp/a b'", id="run-dir-space"),
     pytest.param({"MARUN_NIC": "nosuchnic0"}, "nic='nosuchnic0'", id="nic"),
     pytest.param({"VC_TASK_INDEX": "3"}, "VC_TASK_INDEX='3'", id="index-out-of-range"),
-    pytest.param({"MARUN_MPI_WATCH_PORT": "0"}, "MARUN_MPI_WATCH_PORT='0'", id="watch-port-0"),
     pytest.param(
-        {"MARUN_MPI_WATCH_PORT": "36666"},
-        "mpi_watch_port=36666: expected a port other than sshd_port=36666",
-        id="watch-port-is-sshd-port",
+        {"MARUN_JOB_PORT": "36666"},
+        "job_port=36666: expected a port other than sshd_port=36666",
+        id="job-port-is-sshd-port",
     ),
     pytest.param({"MARUN_FORMATION_TIMEOUT": "0"}, "formation_timeout=0.0", id="formation-0"),
     pytest.param(

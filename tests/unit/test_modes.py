@@ -12,7 +12,6 @@ from marun.inputs.injected import Platform, read_platform
 from marun.inputs.settings import Settings
 from marun.launch import build_plan, planner
 from marun.plan import modes
-from marun.plan.coordinate import UNCOORDINATED_MODES
 from marun.plan.coordination import JobShape
 from marun.plan.launch_plan import LaunchPlan, NodePlan
 from marun.plan.modes import MODES
@@ -100,10 +99,7 @@ def test_every_planner_states_the_job_shape(mode: str, tmp_path: Path) -> None:
     appended, env, shape = SHAPES[mode]
     plan = build_plan(mode, _platform(tmp_path, appended, env))
     assert plan.shape == shape
-    if mode in UNCOORDINATED_MODES:
-        assert plan.coordination is None
-        return
-    assert plan.coordination is not None
+    assert plan.coordination is not None  # every mode is on the job's spine, MPI too
     got = plan.coordination
     assert (got.host, got.nodes, got.index, got.leader) == (
         shape.host,

@@ -60,9 +60,8 @@ class Settings:
     # `*`: every variable of node 0's container but per-node, session and MPI's own (mpi/planner)
     mpi_forward_env: tuple[str, ...] = ("*",)
     formation_timeout: float = 600.0  # seconds node 0 waits for every peer's sshd to let it in
-    peer_timeout: float = 60.0  # seconds a node waits for a silent node 0 before giving up
-    mpi_watch_port: int = 36667  # node 0's liveness port, watched by the other nodes
-    # the job's coordination (every multi-node mode but MPI): see docs/supervision.md
+    peer_timeout: float = 60.0  # seconds without a heartbeat before a node (node 0 too) is lost
+    # the job's coordination (every multi-node mode): see docs/supervision.md
     job_port: int = 36668  # node 0's coordination port; 0: no coordination
     arrival_timeout: float = 300.0  # seconds node 0 waits for every node to report
     hang_timeout: float | None = None  # seconds without a line from any rank: a hang; off if None
@@ -82,7 +81,6 @@ INT_RANGES: Mapping[str, tuple[int, int]] = {
     "ms_sched_port": (1024, PORT_MAX),  # MindSpore's range for MS_SCHED_PORT
     "ms_topo_timeout": (1, 31_536_000),
     "sshd_port": (1, PORT_MAX),
-    "mpi_watch_port": (1, PORT_MAX),
     "max_restarts": (0, 1_000_000),
     "ms_server_num": (0, 1024),
     "ms_cert_expire_warning_days": (0, 36_500),

@@ -1,5 +1,5 @@
-"""One job, not N nodes: the coordination of a multi-node job's marun processes (every mode but
-MPI, which has its own leader and followers in marun.mpi). Node 0's marun runs the coordinator
+"""One job, not N nodes: the coordination of a multi-node job's marun processes, in every mode
+(MPI too: node 0 runs mpirun, the other nodes are daemons only). Node 0's marun runs the coordinator
 (arrival and the start barrier, job-wide fail-fast, lost nodes, the hang watchdog, job.json);
 every node's marun, node 0's included, is a member that reports to it. The protocol is in
 docs/supervision.md.

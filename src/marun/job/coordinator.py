@@ -22,83 +22,36 @@ welcome; after it: a failure of the job, until part 14's restart rounds make it 
 from __future__ import annotations
 
 import contextlib
-import errno
 import selectors
 import socket
 import sys
 import threading
 import time
 import traceback
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
+from marun.job.arrival import LOST_EXIT, Arrival
 from marun.job.hang import HangJudge, describe_stacks
 from marun.job.limits import (
     HELLO_WAIT,
     RefusalLog,
     Reserve,
-    per_source_limit,
-    total_limit,
 )
+from marun.job.phases import JobPhase
 from marun.job.protocol import (
-    MAX_HELLO_LINE,
-    MAX_LINE,
-    LineBuffer,
-    ProtocolError,
     clean_failure,
-    decode,
-    encode,
-    fresh,
-    is_nonce,
     new_nonce,
 )
+from marun.job.wire import TICK, Conn, MemberState
 from marun.plan.coordination import HEARTBEAT, Coordination
 
 HANG_EXIT = 124  # the job's exit code when the hang watchdog stopped it (docs/supervision.md)
-LOST_EXIT = 1  # a node that vanished, or never arrived
-_TICK = 0.2
 _DUMP_WAIT = 15.0  # seconds the watchdog waits for every node's stacks
-_CPU_KEPT = 4096  # heartbeats of CPU figures kept per member (over an hour at one a second)
-_STALL = 3 * HEARTBEAT  # the loop runs every _TICK: a gap this long means it was not running
+_STALL = 3 * HEARTBEAT  # the loop runs every TICK: a gap this long means it was not running
 
 
-@dataclass(eq=False)
-class _Conn:
-    sock: socket.socket
-    address: str
-    opened: float = field(default_factory=time.monotonic)
-    buf: LineBuffer = field(default_factory=lambda: LineBuffer(MAX_HELLO_LINE))
-    member: tuple[int, int] | None = None
-    nonce: str = field(default_factory=new_nonce)  # ours: every line in must name it
-    peer_nonce: str | None = None  # the member's, from its hello: every line out names it
-    seq_in: int = -1
-    seq_out: int = 0
-
-
-@dataclass
-class MemberState:
-    node: int
-    slot: int
-    host: str
-    address: str
-    arrived: float  # wall clock
-    last_seen: float  # monotonic
-    instance: str = ""  # its marun process's (a new one: that node's marun was restarted)
-    last_seen_wall: float = 0.0  # wall clock of last_seen: when a lost node ended, for job.json
-    conn: _Conn | None = None
-    idle: float = 0.0  # seconds without a rank's line, as of its last heartbeat
-    # (monotonic, CPU seconds its ranks have used) from its heartbeats: the hang watchdog's
-    cpu_history: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=_CPU_KEPT))
-    daemons_only: bool = False
-    ended: float | None = None
-    outcome: str | None = None
-    exit_code: int | None = None
-    stacks: str | None = None
-
-
-class Coordinator:
+class Coordinator(Arrival):
     def __init__(
         self,
         coord: Coordination,
@@ -123,19 +76,21 @@ class Coordinator:
         self._refusals = RefusalLog(self._log)
         self.instance = new_nonce()  # this coordinator's: a restarted node 0 has another
         self.errors = 0  # unexpected exceptions caught by the loop (logged each)
-        self._conns: set[_Conn] = set()
+        self._conns: set[Conn] = set()
         self.members: dict[tuple[int, int], MemberState] = {}
         self.started_at = time.time()
         self._t0 = time.monotonic()
-        self.start_sent = False
+        # Where the job is (marun.job.phases: the transitions); `stopped` is the stop message
+        # sent on entering STOPPING, `_start_at` when `start` went out (None: never).
+        self.phase = JobPhase.GATHERING
+        self._start_at: float | None = None
         self.stopped: dict[str, Any] | None = None  # the stop sent: {code, failure}
         self.first_failure: dict[str, Any] | None = None
         self.exit_code: int | None = None
-        self.done_sent = False
         self._allowed: set[str] | None = None
         self._allowed_at = 0.0
         self._last_hb = 0.0
-        self._dump_since: float | None = None
+        self._dump_since: float | None = None  # DUMPING: when `dump` went out
         self._hang_why = ""
         self._hang = (
             None
@@ -147,12 +102,19 @@ class Coordinator:
             )
         )
         self._last_run = time.monotonic()
-        self._closing = False
+        # Not a phase of the job: another thread's request that this one finish (after DONE).
+        self._close_requested = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="marun-coordinator", daemon=True)
 
     @property
-    def expected(self) -> int:
-        return self.coord.nodes * self.coord.slots
+    def done_sent(self) -> bool:
+        return self.phase is JobPhase.DONE
+
+    def _enter(self, phase: JobPhase) -> None:
+        """The one place the phase changes; only forward (marun.job.phases)."""
+        order = list(JobPhase)
+        if order.index(phase) > order.index(self.phase):
+            self.phase = phase
 
     @property
     def refused(self) -> int:
@@ -164,7 +126,7 @@ class Coordinator:
 
     def close(self, linger: float = 2.0) -> None:
         """After `done`: let members read it, then stop."""
-        self._closing = True
+        self._close_requested.set()
         self._thread.join(linger + 1.0)
 
     # -- the loop ---------------------------------------------------------------------------
@@ -173,7 +135,7 @@ class Coordinator:
         closing_since: float | None = None
         try:
             while True:
-                events = self._sel.select(_TICK)
+                events = self._sel.select(TICK)
                 self._check_stall()  # before reading what piled up meanwhile
                 for key, _ in events:
                     conn = key.data
@@ -190,7 +152,7 @@ class Coordinator:
                         self._tick()
                 except Exception as exc:
                     self._unexpected(exc, None)
-                if self._closing:
+                if self._close_requested.is_set():
                     closing_since = closing_since or time.monotonic()
                     live = [c for c in self._conns if c.member is not None]
                     if not live or time.monotonic() - closing_since > 2.0:
@@ -235,7 +197,7 @@ class Coordinator:
                     member.ended = gave_up
                     member.outcome = "lost"
 
-    def _unexpected(self, exc: Exception, conn: _Conn | None) -> None:
+    def _unexpected(self, exc: Exception, conn: Conn | None) -> None:
         """A bug, or something no test thought of: logged whole; the connection it came on is
         dropped; the job goes on."""
         self.errors += 1
@@ -252,115 +214,11 @@ class Coordinator:
             with contextlib.suppress(Exception):
                 self._drop(conn)
 
-    def _accept(self) -> None:
-        try:
-            sock, peer = self._server.accept()
-        except OSError as exc:
-            if exc.errno in (errno.EMFILE, errno.ENFILE):
-                self._out_of_descriptors()
-            return
-        conn = _Conn(sock, str(peer[0]))
-        if not self._address_allowed(conn.address):
-            self._refuse(conn, "not from one of the job's hosts")
-            sock.close()
-            return
-        mine = sum(1 for c in self._conns if c.address == conn.address)
-        if len(self._conns) >= total_limit(self.expected):
-            self._refuse(conn, f"too many connections ({len(self._conns)} open)")
-            sock.close()
-            return
-        if mine >= per_source_limit(self.expected):
-            self._refuse(conn, f"too many connections from this address ({mine} open)")
-            sock.close()
-            return
-        sock.setblocking(False)
-        self._conns.add(conn)
-        self._sel.register(sock, selectors.EVENT_READ, conn)
-        self._send_conn(conn, "challenge", nonce=conn.nonce, instance=self.instance)
-
-    def _out_of_descriptors(self) -> None:
-        """The process has no descriptor left: take the waiting connection with the reserve one
-        and close it at once (else the listening socket stays readable and the loop spins)."""
-        with self._reserve.released():
-            try:
-                sock, peer = self._server.accept()
-            except OSError:
-                time.sleep(_TICK)  # still none: let the rest of the process free some
-                return
-            sock.close()
-        self._refusals.refuse(str(peer[0]), "no file descriptor left (too many open files)")
-
-    def _read(self, conn: _Conn) -> None:
-        try:
-            data = conn.sock.recv(1 << 16)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self._drop(conn)
-            return
-        try:
-            lines = conn.buf.feed(data)
-        except ProtocolError as exc:
-            self._refuse(conn, str(exc))
-            self._drop(conn)
-            return
-        for line in lines:
-            if conn not in self._conns:
-                return  # dropped by the line before
-            try:
-                body = decode(self._secret, self.coord.job, line)
-                conn.seq_in = fresh(body, conn.nonce, conn.seq_in)
-                if body["type"] == "hello":
-                    if not is_nonce(body.get("nonce")):
-                        raise ProtocolError("hello without a nonce")
-                    conn.peer_nonce = str(body["nonce"])
-            except ProtocolError as exc:
-                self._refuse(conn, str(exc))
-                self._drop(conn)
-                return
-            with self._lock:
-                self._handle(conn, body)
-
-    def _drop(self, conn: _Conn) -> None:
-        with contextlib.suppress(KeyError, ValueError):
-            self._sel.unregister(conn.sock)
-        conn.sock.close()
-        self._conns.discard(conn)
-        if conn.member is not None:
-            member = self.members.get(conn.member)
-            if member is not None and member.conn is conn:
-                member.conn = None  # silent from now on: peer_timeout counts
-
-    def _refuse(self, conn: _Conn, why: str) -> None:
-        self._refusals.refuse(conn.address, why)
-
-    def _turn_away(self, conn: _Conn, why: str) -> None:
-        """A hello refused with a reason the member logs (another job's marun, a second marun
-        for a node): one line on each side, and the connection closed."""
-        self._refuse(conn, why)
-        if conn.peer_nonce is not None:
-            self._send_conn(conn, "refused", why=why)
-        self._drop(conn)
-
     # -- who may talk to us -----------------------------------------------------------------
-
-    def _address_allowed(self, address: str) -> bool:
-        if address.startswith("127.") or address == "::1":
-            return True  # this node's own marun processes (and nobody else's: a container)
-        if not self.coord.hosts:
-            return True  # the job's hosts are unknown; the job id and the secret still hold
-        now = time.monotonic()
-        if self._allowed is None or (address not in self._allowed and now - self._allowed_at > 5):
-            # Names of pods may resolve only some time after they start: look again, not often.
-            self._allowed = _resolve_all(self.coord.hosts)
-            self._allowed_at = now
-        return address in self._allowed
 
     # -- messages ---------------------------------------------------------------------------
 
-    def _handle(self, conn: _Conn, body: dict[str, Any]) -> None:
+    def _handle(self, conn: Conn, body: dict[str, Any]) -> None:
         key = (int(body["node"]), int(body["slot"]))
         kind = body["type"]
         if kind == "hello":
@@ -393,7 +251,7 @@ class Coordinator:
             member.ended = time.time()
             member.outcome = str(body.get("outcome"))[:40]
             member.exit_code = int(body.get("exit_code", 0))
-            if not self.start_sent and self.stopped is None:
+            if self.phase is JobPhase.GATHERING:
                 # It ended before the job started (its marun was stopped while waiting): the
                 # job cannot start without it.
                 code = member.exit_code or LOST_EXIT
@@ -408,98 +266,6 @@ class Coordinator:
                     },
                 )
 
-    def _hello(self, conn: _Conn, key: tuple[int, int], body: dict[str, Any]) -> None:
-        instance = str(body.get("instance", ""))
-        old = self.members.get(key)
-        now = time.monotonic()
-        if (
-            body.get("started") is True
-            and not self.start_sent
-            and str(body.get("leader", "")) != self.instance
-        ):
-            # Its job started under another coordinator: this node 0's marun is a new one. It
-            # is taken in like any member (so that its end is waited for) and told to stop.
-            self._came_back(key, body, None)
-        elif old is not None and old.instance and instance != old.instance:
-            talking = old.conn is not None and now - old.last_seen < 3 * HEARTBEAT
-            if talking and old.conn is not conn:
-                # The node's marun is alive and talking: this one is somebody else's (another
-                # job's with the same id and secret, or a second marun started by hand).
-                self._turn_away(
-                    conn,
-                    f"node {key[0]} slot {key[1]} is here already (its marun talks on another "
-                    f"connection): this marun belongs to another job, or is one too many",
-                )
-                return
-            self._came_back(key, body, old)
-            old.instance = instance
-        conn.member = key
-        conn.buf.limit = MAX_LINE  # a member of the job: stacks may follow
-        old = self.members.get(key)
-        if old is not None:
-            if old.conn is not None and old.conn is not conn:
-                self._drop(old.conn)
-            old.conn = conn
-            old.last_seen = now
-            old.last_seen_wall = time.time()
-            member = old
-        else:
-            member = MemberState(
-                node=key[0],
-                slot=key[1],
-                host=str(body.get("host", "?")),
-                address=conn.address,
-                arrived=time.time(),
-                last_seen=now,
-                instance=instance,
-                last_seen_wall=time.time(),
-                conn=conn,
-                daemons_only=bool(body.get("daemons_only", False)),
-            )
-            self.members[key] = member
-            self._log("node_arrived", node=key[0], slot=key[1], host=member.host)
-            complete = [
-                n
-                for n in range(self.coord.nodes)
-                if all((n, slot) in self.members for slot in range(self.coord.slots))
-            ]
-            if key[0] in complete:  # this node's last device just arrived
-                self._announce(f"marun: {len(complete)}/{self.coord.nodes} nodes up")
-        self._send(member, "welcome", instance=self.instance)
-        if self.stopped is not None:
-            self._send(member, "stop", **self.stopped)
-        elif self.start_sent:
-            self._send(member, "start")
-        elif len(self.members) == self.expected:
-            self.start_sent = True
-            self._log("job_start", nodes=self.coord.nodes)
-            self._broadcast("start")
-
-    def _came_back(
-        self, key: tuple[int, int], body: dict[str, Any], old: MemberState | None
-    ) -> None:
-        """A node's marun that is not the one the job had: `old` is the node's earlier one, or
-        None when node 0's is the new one (the member's job started under another).
-
-        The one place that decides what a node that comes back does. Before the start: the pod
-        was recreated while the job gathered; the new marun takes the old one's place. After
-        the start: the job's ranks cannot take a new node in (no restart rounds yet), so the job
-        fails, naming it; the new marun is taken in and told to stop with everybody else. Part
-        14's restart rounds turn this into a rejoin for the next round."""
-        leader = old is None
-        node = self.coord.leader if leader else key[0]
-        host = self.coord.host if leader else str(body.get("host", "?"))[:200]
-        if old is not None and not self.start_sent and self.stopped is None:
-            self._log("node_replaced", "warning", node=key[0], slot=key[1], host=host)
-            old.ended = old.outcome = old.exit_code = None
-            return
-        why = f"node {node} came back after the start: its earlier marun was lost"
-        self._log("node_came_back", "error", node=node, slot=key[1], host=host)
-        if self.stopped is None:
-            self._stop(LOST_EXIT, {"node": node, "host": host, "exit_code": LOST_EXIT, "why": why})
-        if old is not None and old.outcome == "lost":
-            old.ended = old.outcome = None  # the new marun reports how it ends
-
     def _failure(self, failure: dict[str, Any]) -> None:
         if self.stopped is not None:
             return
@@ -512,6 +278,7 @@ class Coordinator:
         self.first_failure = failure
         self.exit_code = code
         self.stopped = {"code": code, "failure": failure}
+        self._enter(JobPhase.STOPPING)
         # `failed_node`, not `node`: every other event's `node` is the node that logs it.
         where = {k: failure[k] for k in ("why",) if failure.get(k)}
         if failure.get("node") is not None:
@@ -531,7 +298,7 @@ class Coordinator:
         if now - self._last_hb >= HEARTBEAT:
             self._last_hb = now
             self._broadcast("hb")
-        if not self.start_sent and self.stopped is None:
+        if self.phase is JobPhase.GATHERING:
             self._forget_departed()
             if now - self._t0 >= self.coord.arrival_timeout:
                 self._arrival_failed()
@@ -556,37 +323,6 @@ class Coordinator:
         self._watch_hang(now)
         self._check_done()
 
-    def _forget_departed(self) -> None:
-        """Before the start, a node whose connection is gone is not present: the barrier waits
-        for it again (its marun reconnects, or its pod is recreated); it never opens on a node
-        that left."""
-        for key, member in list(self.members.items()):
-            if member.conn is None and member.ended is None:
-                del self.members[key]
-                self._log("node_departed", "warning", node=key[0], slot=key[1], host=member.host)
-
-    def _arrival_failed(self) -> None:
-        missing = []
-        for node in range(self.coord.nodes):
-            slots = [s for s in range(self.coord.slots) if (node, s) not in self.members]
-            if slots:
-                host = self.coord.hosts[node] if node < len(self.coord.hosts) else "?"
-                part = f"node {node} ({host})"
-                if self.coord.slots > 1:
-                    part += f" slots {','.join(map(str, slots))}"
-                missing.append(part)
-        why = (
-            f"{len(missing)} of {self.coord.nodes} nodes missing after "
-            f"{self.coord.arrival_timeout:g}s: {'; '.join(missing)} never reported to "
-            f"{self.coord.host}:{self.coord.port}"
-        )
-        first = next(
-            n
-            for n in range(self.coord.nodes)
-            if any((n, s) not in self.members for s in range(self.coord.slots))
-        )
-        self._stop(LOST_EXIT, {"node": first, "exit_code": LOST_EXIT, "why": why})
-
     def _watch_hang(self, now: float) -> None:
         """marun.job.hang judges; once hung, every node's stacks are gathered (and written into
         each rank's log) and the job stopped with HANG_EXIT and the reason."""
@@ -595,19 +331,20 @@ class Coordinator:
         running = [m for m in self.members.values() if m.ended is None and not m.daemons_only]
         if not running:
             return
-        if self._dump_since is None:
+        if self.phase is JobPhase.RUNNING:
             idle = min(m.idle + (now - m.last_seen) for m in running)
             why = self._hang.tick(running, idle, now)
             if why is not None:
                 self._hang_why = why
                 self._dump_since = now
+                self._enter(JobPhase.DUMPING)
                 for m in running:
                     m.stacks = None
                 self._log("job_hang", "error", idle_seconds=round(idle, 1), why=why)
                 self._broadcast("dump")
             return
         have = all(m.stacks is not None for m in running)
-        if have or now - self._dump_since >= _DUMP_WAIT:
+        if have or now - (self._dump_since or now) >= _DUMP_WAIT:
             self._stop(
                 HANG_EXIT,
                 {"exit_code": HANG_EXIT, "why": self._hang_why, "stacks": describe_stacks(running)},
@@ -623,76 +360,33 @@ class Coordinator:
             if all(m.daemons_only for m in pending):
                 # TF parameter servers: they end when the job is done, not on their own.
                 self.stopped = {"code": 0, "failure": None}
+                self._enter(JobPhase.STOPPING)
                 self._broadcast("stop", code=0, failure=None)
             return
         if pending:
             return
-        self.done_sent = True
+        self._enter(JobPhase.DONE)
         if self.exit_code is None:
             self.exit_code = next((m.exit_code for m in self.members.values() if m.exit_code), 0)
         self._broadcast("done", code=self.exit_code)
 
     # -- sending ----------------------------------------------------------------------------
 
-    def _send(self, member: MemberState, kind: str, **fields: Any) -> None:
-        if member.conn is not None:
-            self._send_conn(member.conn, kind, **fields)
-
-    def _send_conn(self, conn: _Conn, kind: str, **fields: Any) -> None:
-        body = {"job": self.coord.job, "node": self.coord.leader, "slot": 0, "type": kind}
-        body.update(fields, peer=conn.peer_nonce, seq=conn.seq_out)
-        conn.seq_out += 1
-        line = encode(self._secret, body)
-        try:
-            conn.sock.setblocking(True)
-            conn.sock.settimeout(2.0)
-            conn.sock.sendall(line)
-        except OSError:
-            self._drop(conn)
-        else:
-            with contextlib.suppress(OSError):
-                conn.sock.setblocking(False)
-
-    def _broadcast(self, kind: str, **fields: Any) -> None:
-        for member in list(self.members.values()):
-            self._send(member, kind, **fields)
-
     # -- the report -------------------------------------------------------------------------
 
     def report(self) -> dict[str, Any]:
-        from marun.runtime.result import iso
+        """job.json's content (marun.job.report)."""
+        from marun.job.report import job_report
 
         with self._lock:
-            nodes = []
-            for node in range(self.coord.nodes):
-                slots = [self.members.get((node, s)) for s in range(self.coord.slots)]
-                nodes.append(
-                    {
-                        "index": node,
-                        "host": next((m.host for m in slots if m), None),
-                        "slots": [
-                            {
-                                "slot": s,
-                                "arrived": iso(m.arrived) if m else None,
-                                "ended": iso(m.ended) if m else None,
-                                "outcome": m.outcome if m else "missing",
-                                "exit_code": m.exit_code if m else None,
-                            }
-                            for s, m in enumerate(slots)
-                        ],
-                    }
-                )
-            return {
-                "schema": 1,
-                "job": self.coord.job,
-                "nodes_expected": self.coord.nodes,
-                "exit_code": self.exit_code,
-                "first_failure": self.first_failure,
-                "started": iso(self.started_at),
-                "ended": iso(time.time()),
-                "refused_messages": self.refused,
-                "nodes": nodes,
-            }
+            return job_report(
+                self.coord,
+                self.members,
+                exit_code=self.exit_code,
+                first_failure=self.first_failure,
+                started_at=self.started_at,
+                refused=self.refused,
+            )
 
     def write_report(self, directory: str) -> str:
         """job.json beside result.json (atomic, 0600), with the reserved descriptor free for it
@@ -707,17 +401,6 @@ class Coordinator:
             path = os.path.join(private_dir(directory, strict=False), "job.json")
             atomic_write(path, text, 0o600)
         return path
-
-
-def _resolve_all(hosts: tuple[str, ...]) -> set[str]:
-    found: set[str] = set()
-    for host in hosts:
-        try:
-            for info in socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM):
-                found.add(str(info[4][0]))
-        except OSError:
-            continue
-    return found
 
 
 def _stderr_line(text: str) -> None:

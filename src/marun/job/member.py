@@ -14,8 +14,10 @@ import time
 import traceback
 from typing import Any
 
-from marun.job.coordinator import LOST_EXIT, Coordinator
+from marun.job.arrival import LOST_EXIT
+from marun.job.coordinator import Coordinator
 from marun.job.cputime import descendants_cpu
+from marun.job.phases import MemberPhase
 from marun.job.protocol import (
     LineBuffer,
     ProtocolError,
@@ -63,12 +65,16 @@ class Member:
         self._seq_out = 0
         self._send_lock = threading.Lock()
         self._sock_lock = threading.Lock()
-        self._started = threading.Event()
+        # Where this node is in the job (marun.job.phases: the transitions). `_done` wakes
+        # report_end's wait on entering DONE; `_started_at` is when `start` came (None: never).
+        self.phase = MemberPhase.WAITING
+        self._started_at: float | None = None
         self._done = threading.Event()
         self._done_code: int | None = None
         self._stop_event: JobEvent | None = None
         self._last_activity = time.monotonic()
-        self._closing = False
+        # Not a phase: the owner's request (close()) that the thread finish.
+        self._close_requested = threading.Event()
         self._tries = 0
         self._last_error = ""
         self.instance = new_nonce()  # this marun process's (node 0 tells a restarted one apart)
@@ -117,7 +123,7 @@ class Member:
         done = False
         # A node that ends before the job started has nothing to wait for but node 0's word
         # that it heard (done): not an arrival time-out more.
-        limit = None if self._started.is_set() else time.monotonic() + _UNSTARTED_END_WAIT
+        limit = None if self._started_at is not None else time.monotonic() + _UNSTARTED_END_WAIT
         while not done and self._thread.is_alive():
             done = self._done.wait(1.0)
             if limit is not None and time.monotonic() > limit:
@@ -134,8 +140,17 @@ class Member:
             return exit_code
         return self._done_code
 
+    def _enter(self, phase: MemberPhase) -> None:
+        """The one place the phase changes; only forward (marun.job.phases). DONE wakes the
+        wait at the end (report_end, in the supervisor's thread)."""
+        order = list(MemberPhase)
+        if order.index(phase) > order.index(self.phase):
+            self.phase = phase
+        if phase is MemberPhase.DONE:
+            self._done.set()
+
     def close(self) -> None:
-        self._closing = True
+        self._close_requested.set()
         self._thread.join(3.0)
         if self.coordinator is not None:
             self.coordinator.close()
@@ -172,16 +187,16 @@ class Member:
         # never answers gives up a peer_timeout later, naming it.
         give_up = last_heard + self.coord.arrival_timeout + self.coord.peer_timeout
         last_hb = 0.0
-        while not self._closing:
+        while not self._close_requested.is_set():
             now = time.monotonic()
-            if not self._started.is_set() and now >= give_up and self._stop_event is None:
+            if self.phase is MemberPhase.WAITING and now >= give_up:
                 self._stop_event = self._lost_leader("before the start")
                 self._push(self._stop_event)
                 self._disconnect()
-                self._done.set()
+                self._enter(MemberPhase.DONE)
                 return
             if self._sock is None:
-                if self._started.is_set() and now - last_heard > self.coord.peer_timeout:
+                if self._started_at is not None and now - last_heard > self.coord.peer_timeout:
                     self._lost(
                         f"no word from node {self.coord.leader}'s marun for "
                         f"{self.coord.peer_timeout:g}s"
@@ -195,12 +210,7 @@ class Member:
                 continue
             if now - last_hb >= HEARTBEAT:
                 last_hb = now
-                fields: dict[str, Any] = {"idle": round(now - self._last_activity, 2)}
-                if self.coord.hang_timeout is not None:
-                    cpu = descendants_cpu()
-                    if cpu is not None:
-                        fields["cpu"] = round(cpu, 2)
-                self._send("hb", **fields)
+                self._heartbeat(now)
             if now - last_heard > self.coord.peer_timeout:
                 self._lost(
                     f"no word from node {self.coord.leader}'s marun for "
@@ -208,36 +218,49 @@ class Member:
                 )
                 return
             sock = self._sock
-            if sock is None:
-                continue
-            try:
-                ready, _, _ = select.select([sock], [], [], 0.2)
-            except (OSError, ValueError):
-                self._disconnect()
-                continue
-            if not ready:
-                continue
-            try:
-                data = sock.recv(1 << 16)
-            except OSError:
-                data = b""
-            if not data:
-                self._disconnect()
-                continue
-            try:
-                lines = buf.feed(data)
-            except ProtocolError:
-                self._disconnect()
-                continue
-            for line in lines:
-                try:
-                    body = decode(self._secret, self.coord.job, line)
-                    self._seq_in = fresh(body, self._mine, self._seq_in)
-                except ProtocolError as exc:
-                    self._log("job_message_refused", "warning", source="leader", reason=str(exc))
-                    continue
+            if sock is not None and self._read_leader(sock, buf):
                 last_heard = time.monotonic()
-                self._handle(body)
+
+    def _heartbeat(self, now: float) -> None:
+        fields: dict[str, Any] = {"idle": round(now - self._last_activity, 2)}
+        if self.coord.hang_timeout is not None:
+            cpu = descendants_cpu()
+            if cpu is not None:
+                fields["cpu"] = round(cpu, 2)
+        self._send("hb", **fields)
+
+    def _read_leader(self, sock: socket.socket, buf: LineBuffer) -> bool:
+        """What node 0 sent within 0.2 s, handled; True when a message of the job's came."""
+        try:
+            ready, _, _ = select.select([sock], [], [], 0.2)
+        except (OSError, ValueError):
+            self._disconnect()
+            return False
+        if not ready:
+            return False
+        try:
+            data = sock.recv(1 << 16)
+        except OSError:
+            data = b""
+        if not data:
+            self._disconnect()
+            return False
+        try:
+            lines = buf.feed(data)
+        except ProtocolError:
+            self._disconnect()
+            return False
+        heard = False
+        for line in lines:
+            try:
+                body = decode(self._secret, self.coord.job, line)
+                self._seq_in = fresh(body, self._mine, self._seq_in)
+            except ProtocolError as exc:
+                self._log("job_message_refused", "warning", source="leader", reason=str(exc))
+                continue
+            heard = True
+            self._handle(body)
+        return heard
 
     def _connect(self) -> bool:
         self._tries += 1
@@ -266,7 +289,7 @@ class Member:
             nonce=self._mine,
             instance=self.instance,
             leader=self._leader_instance,
-            started=self._started.is_set(),
+            started=self._started_at is not None,
         )
         with self._send_lock:
             queued, self._queued = self._queued, []
@@ -326,20 +349,22 @@ class Member:
             self._say_once(f"node {self.coord.leader}'s marun refused this one: {body.get('why')}")
             self._last_error = f"refused: {body.get('why')}"
         elif kind == "start":
-            if not self._started.is_set():
-                self._started.set()
+            if self._started_at is None:
+                self._started_at = time.monotonic()
+                self._enter(MemberPhase.RUNNING)
                 self._push(JobEvent("start", 0, None))
         elif kind == "stop":
             event = JobEvent("stop", int(body.get("code", LOST_EXIT)), body.get("failure"))
             if self._stop_event is None:
                 self._stop_event = event
+                self._enter(MemberPhase.STOPPING)
                 self._push(event)
         elif kind == "dump":
             # code 1: a sample for the watchdog to compare, not the dump of a hang
             self._push(JobEvent("dump", 1 if body.get("sample") else 0, None))
         elif kind == "done":
             self._done_code = int(body.get("code", 0))
-            self._done.set()
+            self._enter(MemberPhase.DONE)
 
     def _say_once(self, why: str) -> None:
         if why not in self._said:
@@ -365,7 +390,7 @@ class Member:
         if self._stop_event is None:
             self._stop_event = event
             self._push(event)
-        self._done.set()
+        self._enter(MemberPhase.DONE)
 
     def _push(self, event: JobEvent) -> None:
         self._events.put(event)

@@ -1,24 +1,22 @@
-"""MPI mode's leader (node 0's `mpi-leader` process): form the cluster, run mpirun, tell every
-follower how the job ended.
+"""MPI mode's leader (node 0's `mpi-leader` process): form the cluster, run mpirun, exit with
+its status.
 
     python -m marun.mpi.leader --hostfile R/hostfile --port 36666 --formation-timeout 600
-        [--watch-port 36667 --ssh-option=-p --ssh-option=36666 ...] -- mpirun ... SCRIPT ARGS...
+        [--ssh-option=-p --ssh-option=36666 ...] -- mpirun ... SCRIPT ARGS...
 
-1. Listens on the watch port (when given): the other nodes connect to it now and then to know
-   node 0 is alive; it only accepts and hangs up.
-2. Forms the cluster (marun.mpi.formation): every host of the planned hostfile resolved, every
+1. Forms the cluster (marun.mpi.formation): every host of the planned hostfile resolved, every
    peer's sshd answering SSH, and the first peers to answer letting node 0 in with the ssh
    options mpirun will use (the planner gives the words of its `plm_rsh_args` as
    `--ssh-option`s), all in parallel, within `--formation-timeout`.
-3. Rewrites the hostfile with the addresses (`<addr> slots=<n>`), so Open MPI never waits on
+2. Rewrites the hostfile with the addresses (`<addr> slots=<n>`), so Open MPI never waits on
    DNS, and runs mpirun as its child, in its own process group: a signal the supervisor relays to
    the group reaches mpirun too, which stops the ranks on every node. mpirun's output passes
    through in whole lines per rank (Open MPI tags each read of a rank's output, not each line);
    its report of the first failing rank is picked out of its stderr.
-4. Tells every follower node the job's status over ssh (`python -m marun.mpi.follower notify`),
-   each node's own follower then exits with it, and exits with that status itself: mpirun's
-   (a rank's exit code comes back through it), 128+N when signal N stopped the job, 1 when the
-   cluster did not form (then the nodes that could be reached are told to stop).
+3. Exits with mpirun's status (a rank's exit code comes back through it), 128+N when signal N
+   stopped the job, 1 when the cluster did not form. The other nodes learn it from the job's
+   coordination (marun.job): this process's end is node 0's, and node 0's failure stops every
+   node with its code.
 """
 
 from __future__ import annotations
@@ -27,8 +25,6 @@ import argparse
 import contextlib
 import os
 import re
-import shlex
-import socket
 import subprocess
 import sys
 import threading
@@ -40,8 +36,6 @@ from marun.runtime.signals import StopFlag, exit_code_for
 
 EXIT_NO_CLUSTER = 1
 SHOWN_MISSING = 3  # hosts named in what the other nodes are told when the cluster did not form
-NOTIFY_TIMEOUT = 30.0
-NOTIFY_AT_ONCE = 32
 DRAIN_WAIT = 2.0  # after mpirun ends, how long its stderr may stay open (a rank's daemon)
 
 _TAGGED = re.compile(r"^\[\d+,\d+\]<")  # --tag-output: a rank's own line, never mpirun's report
@@ -173,76 +167,6 @@ def run_mpirun(argv: Sequence[str]) -> tuple[int, str | None]:
     return (exit_code_for(-code) if code < 0 else code), scanner.first
 
 
-# -- the other nodes ----------------------------------------------------------------------------
-
-
-class WatchListener:
-    """Accepts and hangs up on every connection: the other nodes' sign that node 0 lives."""
-
-    def __init__(self, port: int) -> None:
-        try:
-            self._sock = socket.create_server(("", port), backlog=128)
-        except OSError as exc:
-            raise MarunError(
-                f"node 0 cannot listen on mpi_watch_port={port}: {exc.strerror} (the other "
-                "nodes watch node 0 there; choose a free port with MARUN_MPI_WATCH_PORT)"
-            ) from None
-        thread = threading.Thread(target=self._serve, name="marun-watch", daemon=True)
-        thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return
-            conn.close()
-
-
-def notify(
-    peers: Sequence[tuple[int, str, str]],
-    status: int,
-    reason: str,
-    ssh_command: Sequence[str],
-) -> None:
-    """Tell each (index, name, address) peer the job's status, all at once, bounded in time."""
-    if not peers:
-        return
-    from concurrent.futures import ThreadPoolExecutor
-
-    follower = (sys.executable, "-m", "marun.mpi.follower")
-    remote = shlex.join([*follower, "notify", "--status", str(status), "--reason", reason])
-
-    def tell(peer: tuple[int, str, str]) -> str | None:
-        index, name, address = peer
-        try:
-            res = subprocess.run(
-                [*ssh_command, address, remote],
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=NOTIFY_TIMEOUT,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            problem = f"no answer within {NOTIFY_TIMEOUT:g}s"
-        except OSError as exc:
-            problem = f"ssh could not start ({exc.strerror})"
-        else:
-            if res.returncode == 0:
-                return None
-            lines = [line for line in res.stderr.splitlines() if line.strip()]
-            problem = f"exit {res.returncode}: {lines[-1] if lines else 'no message'}"
-        return (
-            f"could not tell node {index} {name} the job's status ({problem}): it stops on its own"
-        )
-
-    with ThreadPoolExecutor(max_workers=min(len(peers), NOTIFY_AT_ONCE)) as pool:
-        for problem in pool.map(tell, peers):
-            if problem:
-                say(problem)
-
-
 # -- the whole run ------------------------------------------------------------------------------
 
 
@@ -251,7 +175,6 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--hostfile", required=True)
     parser.add_argument("--port", type=int, required=True, help="every node's sshd port")
     parser.add_argument("--formation-timeout", type=float, required=True)
-    parser.add_argument("--watch-port", type=int, help="node 0's liveness port")
     parser.add_argument(
         "--ssh-option",
         action="append",
@@ -262,12 +185,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def launch(args: argparse.Namespace, mpirun_argv: Sequence[str]) -> int:
-    # The first stop signal is kept so the job's end is still reported to every node. A signal
-    # the supervisor relays reaches mpirun by the process group: nothing to pass on.
+    # The first stop signal is kept so that the reason names it. A signal the supervisor relays
+    # reaches mpirun by the process group: nothing to pass on.
     signals = StopFlag()
     entries = read_hostfile(args.hostfile)
-    peers: list[tuple[int, str, str]] = []
-    ssh_command: list[str] = []
     if len(entries) > 1:
         from marun.mpi.formation import FormationError
         from marun.mpi.ssh_keys import find_tool
@@ -278,11 +199,9 @@ def launch(args: argparse.Namespace, mpirun_argv: Sequence[str]) -> int:
         except FormationError as exc:
             return exc.exit_code
         write_hostfile(args.hostfile, [(a, rest) for a, (_, rest) in zip(addresses, entries)])
-        peers = [(i, entries[i][0], addresses[i]) for i in range(1, len(entries))]
     if signals.received is not None:
-        status = signals.exit_code() or EXIT_NO_CLUSTER
-        notify(peers, status, f"node 0 received {signals.name()} before mpirun", ssh_command)
-        return status
+        say(f"node 0 received {signals.name()} before mpirun")
+        return signals.exit_code() or EXIT_NO_CLUSTER
     code, first = run_mpirun(mpirun_argv)
     interrupted = signals.exit_code()
     status = interrupted if interrupted is not None else code
@@ -294,7 +213,6 @@ def launch(args: argparse.Namespace, mpirun_argv: Sequence[str]) -> int:
         reason = f"mpirun exited with status {code}" + (f" ({first})" if first else "")
     if status != 0:
         say(reason)
-    notify(peers, status, reason, ssh_command)
     return status
 
 
@@ -302,12 +220,10 @@ def form_cluster(
     args: argparse.Namespace, hosts: Sequence[str], ssh_command: Sequence[str], signals: StopFlag
 ) -> list[str]:
     """The hosts' addresses once every peer's sshd answers and the sampled logins let node 0
-    in. When that does not happen, the peers that were ready are told the job failed, and
-    FormationError carries node 0's exit code."""
+    in. When that does not happen, FormationError carries node 0's exit code (and node 0's end
+    stops the other nodes, by the job's coordination)."""
     from marun.mpi.formation import Formation, FormationError
 
-    if args.watch_port:
-        WatchListener(args.watch_port)
     say(
         f"cluster formation: checking {len(hosts)} hosts (sshd port {args.port}, "
         f"formation_timeout={args.formation_timeout:g}s)"
@@ -329,8 +245,7 @@ def form_cluster(
             more = len(missing) - SHOWN_MISSING
             reason = "the cluster did not form: " + "; ".join(named)
             reason += f"; and {more} more (see node 0)" if more > 0 else ""
-        ready = [(c.index, c.name, c.address or c.name) for c in formation.checks[1:] if c.ready]
-        notify(ready, status, reason, ssh_command)
+        say(reason)
         exc.exit_code = status
         raise
 
@@ -342,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ours, mpirun_argv = split_command(
             sys.argv[1:] if argv is None else argv,
             "python -m marun.mpi.leader --hostfile FILE --port N --formation-timeout S "
-            "[--watch-port N] [--ssh-option=WORD]... -- mpirun ...",
+            "[--ssh-option=WORD]... -- mpirun ...",
         )
         return launch(_parser().parse_args(ours), mpirun_argv)
     except MarunError as exc:

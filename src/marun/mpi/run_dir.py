@@ -1,5 +1,5 @@
 """The files MPI mode keeps in a node's run directory, by name, shared by the planner
-and the processes that carry it out (sshd_bootstrap, leader, follower).
+and the processes that carry it out (sshd_bootstrap, leader).
 
 The run directory is `<run_dir>/<MA_VJ_NAME or "local">`, mode 0700, one per node.
 """
@@ -13,8 +13,3 @@ HOST_KEY = "ssh_host_ed25519_key"  # generated per container
 JOB_KEY = "id_ed25519"  # the per-job client key, when the platform mounts none
 AUTHORIZED_KEYS = "authorized_keys"  # authorizes the per-job key (or the mounted id_rsa.pub)
 HOSTFILE = "hostfile"  # node 0: host names as planned, addresses once the cluster has formed
-JOB_STATUS = "job-status"  # other nodes: the job's status as node 0 reported it
-
-# Set by each node's sshd (SetEnv) in every ssh session: where that node's run directory is, so
-# node 0's `mpi_follower notify` finds it without assuming every node uses the same path.
-RUN_DIR_VAR = "MARUN_NODE_RUN_DIR"

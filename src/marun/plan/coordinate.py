@@ -18,9 +18,6 @@ from marun.inputs.numbers import is_port
 from marun.plan.coordination import HEARTBEAT, MIN_PEER_TIMEOUT, TOKEN_VAR, Coordination, JobShape
 from marun.plan.launch_plan import LaunchPlan
 
-# The modes whose runtime does not join the job's spine yet: their plans get no section.
-UNCOORDINATED_MODES = ("mpi",)
-
 
 def ssh_key_path(platform: Platform) -> str:
     """Volcano's ssh private key, whose content is the job's secret where no token is set."""
@@ -89,13 +86,13 @@ def _check_settings(platform: Platform) -> None:
 
 def coordination_for(plan: LaunchPlan, platform: Platform) -> Coordination | None:
     """This node's coordination section from the shape `plan` states, or None (one node, a
-    whole-job plan, coordination turned off with job_port 0, or a mode not on the spine)."""
+    whole-job plan, coordination turned off with job_port 0)."""
     shape = plan.shape
     if shape is None:
         # A planner that states no shape is a bug, not "one node": a new mode cannot fall
         # through without coordination (tests/unit/test_modes.py checks every planner).
         raise TypeError(f"the {plan.mode} planner's plan states no job shape (LaunchPlan.shape)")
-    if plan.mode in UNCOORDINATED_MODES or len(plan.nodes) != 1:
+    if len(plan.nodes) != 1:
         return None
     if platform.settings.job_port == 0 or shape.nodes <= 1:
         # One node, even with one marun per device (Ascend per device): the job is this node.

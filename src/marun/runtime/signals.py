@@ -1,5 +1,5 @@
 """Signals, in one place: which ones stop a job, how a signal becomes an exit code, and how
-marun's processes (the supervisor, MPI's leader and follower) catch them.
+marun's processes (the supervisor, MPI's leader) catch them.
 
 - `STOP`: the signals that stop a job (grace, then SIGKILL), as torchrun's; `PASS_ON`
   (SIGUSR1/SIGUSR2, checkpoint-now conventions) are only passed on. `RELAYED` is both.
@@ -7,21 +7,24 @@ marun's processes (the supervisor, MPI's leader and follower) catch them.
   marun exits with when signal N stopped the job.
 - `install(signums, handler)` is the only place a handler is set; it returns what it replaced,
   for `restore`.
-- Two ways to hear a signal, both through `install`: `SignalPipe` for the supervisor's select
-  loop, `StopFlag` for the MPI helpers' threads and poll loops.
+- Three ways to hear a signal, all through `install`: `SignalPipe` for the supervisor's select
+  loop, `StopFlag` for the MPI leader's threads and poll loops, and `interruptible()` for one
+  blocking wait of the main thread (the supervisor's wait for the rest of the job at its end).
 
 Python runs a signal handler between two bytecodes of the main thread, wherever that thread is;
-acting there races with the loop's own bookkeeping. So the handlers only record: the pipe gets the
-signal's number through `signal.set_wakeup_fd`, the flag an attribute and an event; each loop acts
-at one well-defined point, after whatever it was doing.
+acting there races with the loop's own bookkeeping. So the handlers only record: the pipe gets
+the signal's number through `signal.set_wakeup_fd`, the flag an attribute and an event; each loop
+acts at one well-defined point, after whatever it was doing. The one exception,
+`interruptible`'s handler, raises, and is set only around a wait with no bookkeeping to race.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from types import FrameType, TracebackType
 from typing import Callable, Union
 
@@ -128,3 +131,26 @@ class SignalPipe:
         signal.set_wakeup_fd(self._old_fd)
         os.close(self._read)
         os.close(self._write)
+
+
+class Interrupted(Exception):
+    """A stop signal ended an `interruptible()` wait."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """The stop signals end a blocking wait in the main thread by raising `Interrupted` (even as
+    PID 1, where a signal without a handler is ignored); the handlers before it come back."""
+    previous = install(STOP, _raise_interrupted)
+    try:
+        yield
+    finally:
+        restore(previous)

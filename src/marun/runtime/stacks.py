@@ -1,18 +1,27 @@
 """Every running process's Python stacks, for the hang watchdog: `py-spy dump` per process
 (the optional extra `marun[hang]` installs it), written into the process's log and returned for
-the job's report."""
+the job's report.
+
+py-spy takes up to `DUMP_TIMEOUT` seconds a process, so the dumps run in a thread of their own
+(`StackDumps`), never in the supervisor's loop: the loop only notes which processes to dump (pid,
+name, rank, a duplicate of its log's descriptor, which the thread owns and closes) and goes on
+reaping and answering signals. Requests are taken one at a time, in order."""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import queue
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 MISSING = "py-spy is not installed: no stacks (pip install 'marun[hang]')"
+DUMP_TIMEOUT = 10.0  # seconds one `py-spy dump` may take
 
 
 def py_spy() -> str | None:
@@ -23,39 +32,75 @@ def py_spy() -> str | None:
     return str(beside) if beside.is_file() else None
 
 
-def dump_stacks(
-    records: Sequence[Any],
-    running: Mapping[int, Any],
-    log_fds: Sequence[int],
-    *,
-    write: bool = True,
-) -> str:
-    """Every running rank's stacks; written into its log too unless `write` is False (the
-    watchdog's samples, compared to tell a spinning job from a working one)."""
+@dataclass(frozen=True)
+class Target:
+    """One process to dump: `log_fd` is the thread's own descriptor of its log (None: the
+    stacks are a sample, not written into the log)."""
+
+    pid: int
+    name: str
+    rank: int | None
+    log_fd: int | None
+
+
+def _dump_one(tool: str | None, pid: int) -> str:
+    if tool is None:
+        return MISSING
+    try:
+        done = subprocess.run(
+            [tool, "dump", "--pid", str(pid)],
+            capture_output=True,
+            check=False,
+            text=True,
+            timeout=DUMP_TIMEOUT,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"py-spy dump failed: {exc}"
+    return (done.stdout + done.stderr).strip()
+
+
+def dump_stacks(targets: Sequence[Target]) -> str:
+    """Every target's stacks, written into its log when it has one there (the descriptors are
+    closed here)."""
     from marun._files import write_all
 
     tool = py_spy()
     parts: list[str] = []
-    for pid, (rec, _) in sorted(running.items()):
-        if rec.spec.daemon:
-            continue
-        if tool is None:
-            text = MISSING
-        else:
-            try:
-                done = subprocess.run(
-                    [tool, "dump", "--pid", str(pid)],
-                    capture_output=True,
-                    check=False,
-                    text=True,
-                    timeout=10,
-                )
-                text = (done.stdout + done.stderr).strip()
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                text = f"py-spy dump failed: {exc}"
-        block = f"[marun] hang: stacks of {rec.spec.name} (pid {pid}):\n{text}\n"
-        if write:
+    for target in targets:
+        text = _dump_one(tool, target.pid)
+        if target.log_fd is not None:
+            block = f"[marun] hang: stacks of {target.name} (pid {target.pid}):\n{text}\n"
             with contextlib.suppress(OSError, ValueError):
-                write_all(log_fds[list(records).index(rec)], block.encode())
-        parts.append(f"{rec.spec.name} (rank {rec.spec.rank}, pid {pid}):\n{text}\n")
+                write_all(target.log_fd, block.encode())
+            with contextlib.suppress(OSError):
+                os.close(target.log_fd)
+        parts.append(f"{target.name} (rank {target.rank}, pid {target.pid}):\n{text}\n")
     return "".join(parts) or "(no running process)\n"
+
+
+class StackDumps:
+    """Dumps in one thread of their own, each request's text handed to `report` (the job link's
+    `report_stacks`, which is safe from any thread)."""
+
+    def __init__(self, report: Callable[[str], None]) -> None:
+        self._report = report
+        self._requests: queue.SimpleQueue[list[Target] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def request(self, targets: list[Target]) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, name="marun-stacks", daemon=True)
+            self._thread.start()
+        self._requests.put(targets)
+
+    def close(self) -> None:
+        """No more requests; a dump under way finishes on its own (the thread is a daemon)."""
+        if self._thread is not None:
+            self._requests.put(None)
+
+    def _serve(self) -> None:
+        while True:
+            targets = self._requests.get()
+            if targets is None:
+                return
+            self._report(dump_stacks(targets))

@@ -38,110 +38,45 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
-from enum import Enum
 from typing import TYPE_CHECKING
 
-from marun._files import private_dir
 from marun.errors import bad_value
 from marun.plan.launch_plan import LaunchPlan, NodePlan
 from marun.runtime.output import Console, OutputStream, Pump, Relay, new_tail, open_log, widen_pipe
+from marun.runtime.phase import LIVE, Phase
 from marun.runtime.reaper import (
     Ending,
     become_subreaper,
-    direct_children,
-    live_groups,
     reap,
-    signal_group,
 )
 from marun.runtime.result import (
     JobRecord,
     ProcessRecord,
     describe,
-    failure_summary,
-    job_failure_summary,
-    nested_summary,
-    write_result,
 )
-from marun.runtime.signals import RELAYED, STOP, SignalPipe, exit_code_for, signal_name
+from marun.runtime.signals import (
+    SignalPipe,
+    signal_name,
+)
+from marun.runtime.spawn import spawn
+from marun.runtime.supervisor_stop import (
+    DRAIN_WAIT,
+    OTHERS_MARGIN,
+    TAIL_WAIT,
+    TICK,
+    SupervisorStop,
+)
 
 if TYPE_CHECKING:
     from structlog.typing import FilteringBoundLogger
 
+    from marun.runtime.stacks import StackDumps
+
 if TYPE_CHECKING:
     from marun.runtime.joblink import JobEvent, JobLink
 
-_KILL_WAIT = 10.0  # after SIGKILL, how long to wait for the kernel to take processes away
-_TICK = 0.5  # at most this long between checks, so nothing depends on a single wake-up
-_DRAIN_WAIT = 10.0  # at the end, how long the relay may go without moving a byte (stuck)
-_TAIL_WAIT = 1.0  # how long a failure waits for the rest of its process's output (its tail)
 
-
-def _die_with_marun_setup() -> Callable[[], None] | None:
-    """A child-side hook that has the kernel SIGKILL the process when marun dies (Linux's
-    PR_SET_PDEATHSIG), so that ranks never outlive a marun that was itself SIGKILLed (an OOM
-    kill, `kill -9`, a node agent's force stop): they would hold the accelerators and the
-    job's ports. None where it is not available; supervision works the same without it."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    pr_set_pdeathsig = 1
-
-    def setup() -> None:  # runs in the child between fork and exec: a single system call
-        prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
-
-    return setup
-
-
-_DIE_WITH_MARUN = _die_with_marun_setup()
-
-
-class _Interrupted(Exception):
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-@contextlib.contextmanager
-def _interruptible() -> Iterator[None]:
-    """The stop signals end a wait in the main thread (even as PID 1, where a signal without a
-    handler is ignored): the wait for the rest of the job at the end."""
-
-    def handler(signum: int, _: object) -> None:
-        raise _Interrupted(signum)
-
-    old = {sig: signal.signal(sig, handler) for sig in STOP}
-    try:
-        yield
-    finally:
-        for sig, previous in old.items():
-            signal.signal(sig, previous)
-
-
-class Phase(Enum):
-    """Where the supervisor is in a job's life (like torch elastic's `WorkerState`).
-
-    RUNNING   processes start, fail, restart; the first cause of the end moves on to STOPPING.
-    STOPPING  the stop signal was sent to everything; waiting `grace_period` for it to go.
-    KILLING   SIGKILL was sent to what was left; waiting up to `_KILL_WAIT` for the kernel.
-    GAVE_UP   processes outlived SIGKILL (stuck in the kernel): marun stops waiting and ends.
-
-    Transitions only go forward: RUNNING -> STOPPING -> KILLING -> GAVE_UP. The loop ends when no
-    child is left in any phase but RUNNING, or at GAVE_UP.
-    """
-
-    RUNNING = "running"
-    STOPPING = "stopping"
-    KILLING = "killing"
-    GAVE_UP = "gave up"
-
-
-class Supervisor:
+class Supervisor(SupervisorStop):
     """Runs `node` (one of `plan`'s nodes) under `plan.supervision` to the end: `run()` returns
     marun's exit code. `console` is marun's stdout unless given."""
 
@@ -168,23 +103,14 @@ class Supervisor:
             processes=[ProcessRecord(spec=p, tail=new_tail()) for p in node.processes],
         )
         self._records = self.job.processes
-        # Everything that can be refused (a cwd or log that cannot be created) is done now,
-        # before the first process starts.
-        for rec in self._records:
-            try:
-                os.makedirs(rec.spec.cwd, exist_ok=True)
-            except OSError as exc:
-                raise bad_value(
-                    f"working directory of {rec.spec.name}",
-                    rec.spec.cwd,
-                    f"a directory marun can create ({exc.strerror})",
-                ) from None
-        self._log_fds = [open_log(rec.spec.log) for rec in self._records]
+        self._log_fds = _prepare(self._records)
         self._running: dict[int, tuple[ProcessRecord, subprocess.Popen[bytes]]] = {}
         self._groups: set[int] = set()  # every process group started, leader alive or not
         self._pending: dict[int, float] = {}  # record index -> monotonic time of its restart
-        self._phase = Phase.RUNNING
+        # ARRIVING only where the job spans nodes: nothing starts before node 0 says `start`.
+        self._phase = Phase.ARRIVING if link is not None else Phase.RUNNING
         self._deadline = 0.0
+        self._others_due: float | None = None  # fail_fast off: when to stop the others anyway
         self._signalled: set[int] = set()  # adopted orphans signalled one by one while stopping
         self._stop_sig = int(signal.SIGTERM)
         self._last_scan = 0.0
@@ -199,8 +125,8 @@ class Supervisor:
         # The rest of the job (multi-node plans with a coordination section): nothing starts
         # before every node has arrived; a stop from node 0 ends this node like a failure here.
         self._link = link
-        self._arriving = link is not None
         self._job_stop: JobEvent | None = None
+        self._stacks: StackDumps | None = None  # the hang watchdog's py-spy dumps, off the loop
         coord = plan.coordination
         # Where the nodes share one console (marun simulate), the leader's marun alone prints the
         # job's first failure with its last lines; the others one line per process.
@@ -242,13 +168,16 @@ class Supervisor:
             self._log_early_events()
             self._report_log_errors()
             self._sel.close()
+            if self._stacks is not None:
+                self._stacks.close()
             if drained:  # else a pump still holds them, and marun is about to exit
                 for fd in self._log_fds:
                     os.close(fd)
         return self._finish()
 
     def _start_all(self) -> None:
-        self._arriving = False
+        if self._phase is Phase.ARRIVING:
+            self._phase = Phase.RUNNING
         self.job.started = time.time()
         for index in range(len(self._records)):
             if not self._start(index):
@@ -257,22 +186,17 @@ class Supervisor:
 
     def _on_job(self, events: list[JobEvent]) -> None:
         for event in events:
-            if event.kind == "start" and self._arriving and self._phase is Phase.RUNNING:
+            if event.kind == "start" and self._phase is Phase.ARRIVING:
                 self._emit("job_started")
                 self._start_all()
-            elif event.kind == "dump" and self._phase is Phase.RUNNING and self._link is not None:
-                from marun.runtime.stacks import dump_stacks
-
+            elif event.kind == "dump" and self._phase is Phase.RUNNING:
                 # code 1: the watchdog's sample (to compare with another): not written to logs
-                sample = event.code == 1
-                self._link.report_stacks(
-                    dump_stacks(self._records, self._running, self._log_fds, write=not sample)
-                )
+                self._request_stacks(sample=event.code == 1)
             elif event.kind == "stop" and self._job_stop is None:
                 # Kept even when this node is already stopping: the job's first failure is
                 # printed at the end whichever node it was on.
                 self._job_stop = event
-                if self._phase is not Phase.RUNNING:
+                if self._phase not in LIVE:
                     continue
                 self._pending.clear()
                 self.job.exit_code = event.code
@@ -281,40 +205,45 @@ class Supervisor:
                 self._emit("job_stop", "error" if event.code else "info", code=event.code)
                 self._begin_stop(reason, signal.SIGTERM)
 
+    def _request_stacks(self, sample: bool) -> None:
+        """py-spy takes seconds a process: the dumps run in marun.runtime.stacks' own thread,
+        and the loop goes on. It gets what to dump, with its own descriptor of each log."""
+        from marun.runtime.stacks import StackDumps, Target
+
+        if self._link is None:
+            return
+        if self._stacks is None:
+            self._stacks = StackDumps(self._link.report_stacks)
+        targets = []
+        for pid, (rec, _) in sorted(self._running.items()):
+            if rec.spec.daemon:
+                continue
+            fd = None if sample else os.dup(self._log_fds[self._records.index(rec)])
+            targets.append(Target(pid, rec.spec.name, rec.spec.rank, fd))
+        self._stacks.request(targets)
+
     def _finished(self) -> bool:
-        return self._phase is not Phase.RUNNING and (
-            not self._children_left or self._phase is Phase.GAVE_UP
-        )
+        return self._phase not in LIVE and (not self._children_left or self._phase is Phase.GAVE_UP)
 
     def _timeout(self) -> float:
         now = time.monotonic()
         due = [t - now for t in self._pending.values()]
         if self._phase in (Phase.STOPPING, Phase.KILLING):
             due.append(self._deadline - now)
-        return max(0.0, min([_TICK, *due]))
+        elif self._others_due is not None:
+            due.append(self._others_due - now)
+        return max(0.0, min([TICK, *due]))
 
     # -- starting ---------------------------------------------------------------------------
 
     def _start(self, index: int) -> bool:
         rec = self._records[index]
         spec = rec.spec
-        env = dict(os.environ)
-        env.update(spec.env)
         read_fd, write_fd = os.pipe()
         widen_pipe(read_fd)
         now = time.time()
         try:
-            popen = subprocess.Popen(
-                list(spec.argv),
-                cwd=spec.cwd,
-                env=env,
-                stdout=write_fd,
-                stderr=write_fd,
-                start_new_session=True,
-                # One prctl call between fork and exec: no lock is taken, so threads (the relay's
-                # pumps, the job link's) cannot deadlock it.
-                preexec_fn=_DIE_WITH_MARUN,  # noqa: PLW1509
-            )
+            popen = spawn(spec, write_fd)
         except OSError as exc:
             os.close(read_fd)
             rec.error = f"cannot start {spec.argv[0]!r}: {exc.strerror}"
@@ -363,22 +292,13 @@ class Supervisor:
 
     def _drain_outputs(self) -> bool:
         """Take in what is left in every pipe, without waiting for writers that live on; False
-        when the pumps are stuck (`_DRAIN_WAIT` without a byte moved: a console nobody reads)."""
+        when the pumps are stuck (`DRAIN_WAIT` without a byte moved: a console nobody reads)."""
         if self._relay.closing:
             return self._relay.closed  # drained already (or tried to)
-        if self._relay.close(_DRAIN_WAIT):
+        if self._relay.close(DRAIN_WAIT):
             return True
-        self._emit("output_not_drained", "warning", stuck_seconds=_DRAIN_WAIT)
+        self._emit("output_not_drained", "warning", stuck_seconds=DRAIN_WAIT)
         return False
-
-    def _on_log_error(self, name: str, log: str, exc: OSError) -> None:
-        """From a pump thread: the main loop says it (the log and its early list are its own)."""
-        self._log_errors.append((name, log, exc))
-
-    def _report_log_errors(self) -> None:
-        while self._log_errors:
-            name, log, exc = self._log_errors.popleft()
-            self._log_not_written(name, log, exc)
 
     # -- endings ----------------------------------------------------------------------------
 
@@ -425,7 +345,7 @@ class Supervisor:
         self._fail(rec)
 
     def _fail(self, rec: ProcessRecord) -> None:
-        if self._phase is not Phase.RUNNING or self.job.first_failure is not None:
+        if self._phase not in LIVE or self.job.first_failure is not None:
             return
         assert rec.ending is not None
         self.job.first_failure = rec
@@ -440,12 +360,14 @@ class Supervisor:
         )
         if self._options.fail_fast:
             self._begin_stop("failure", signal.SIGTERM)
+        else:
+            self._others_due = time.monotonic() + self._options.grace_period + OTHERS_MARGIN
         if self._link is not None:
             # The last lines it wrote may still be in its pipe: its pump takes them in first
             # (the end of the pipe comes at once unless something it started holds it open).
             pump = self._pumps.get(self._records.index(rec))
             if pump is not None:
-                pump.done.wait(_TAIL_WAIT)
+                pump.done.wait(TAIL_WAIT)
             self._link.report_failure(
                 {
                     "name": rec.spec.name,
@@ -473,206 +395,21 @@ class Supervisor:
                 rec.tail.clear()
                 self._start(index)
 
-    def _advance(self) -> None:
-        if self._phase is Phase.RUNNING:
-            waiting = [
-                r for i, r in enumerate(self._records) if r.ending is None or i in self._pending
-            ]
-            workers = [r for r in self._records if not r.spec.daemon]
-            if workers and all(r.ending is not None and r.ending.code == 0 for r in workers):
-                self._begin_stop("done", signal.SIGTERM)
-            elif not waiting:
-                # Daemons only, and all of them have ended on their own (with 0: a non-zero end
-                # is a failure above).
-                self._begin_stop("done", signal.SIGTERM)
-            return
-        now = time.monotonic()
-        if self._phase is Phase.STOPPING and now >= self._deadline:
-            self._phase = Phase.KILLING
-            self._deadline = now + _KILL_WAIT
-            self._emit("killing", "warning", after_grace_seconds=self._options.grace_period)
-            self._signal_everything(signal.SIGKILL)
-        elif self._phase is Phase.KILLING and now >= self._deadline:
-            self._phase = Phase.GAVE_UP
-            left = [pid for pid, _ in direct_children()] or sorted(self._running)
-            self._emit("processes_left_after_sigkill", "error", pids=left)
-        elif self._children_left and now - self._last_scan >= _TICK:
-            # Orphans adopted while stopping get the same signal as everyone before them.
-            self._last_scan = now
-            self._signal_orphans(signal.SIGKILL if self._phase is Phase.KILLING else self._stop_sig)
-
     # -- signals ----------------------------------------------------------------------------
-
-    def _on_signals(self, numbers: list[int]) -> None:
-        for signum in numbers:
-            if signum not in RELAYED:
-                continue  # SIGCHLD: every wake-up reaps anyway
-            self._emit(
-                "signal_received", "warning", signal=signal_name(signum), phase=self._phase.value
-            )
-            if signum in STOP and self._phase is Phase.RUNNING:
-                self._pending.clear()
-                if self._daemons_only:
-                    self.job.outcome = "succeeded"
-                    self.job.exit_code = 0
-                else:
-                    self.job.outcome = "interrupted"
-                    self.job.exit_code = exit_code_for(signum)
-                self.job.signal = signum
-                self._begin_stop(f"received {signal_name(signum)}", signum)
-                self._signal_to_job(signum)
-            elif signum in STOP:
-                self._signal_everything(signum)
-            else:
-                for pid in list(self._running):
-                    signal_group(pid, signum)
-
-    def _signal_to_job(self, signum: int) -> None:
-        """A stop signal to this node's marun (the platform deleting its pod, a user's ^C) is a
-        failure of the whole job, mid-run or while the nodes gather: node 0 stops every node
-        with 128+N (docs/supervision.md, "Signals")."""
-        if self._link is None:
-            return
-        name = signal_name(signum)
-        self._link.report_failure(
-            {
-                "exit_code": exit_code_for(signum),
-                "signal": name,
-                "why": f"node {self._node.index} ({self._node.host}) stopped by {name}"
-                + (" before the start" if self._arriving else ""),
-            }
-        )
-
-    def _begin_stop(self, reason: str, signum: int) -> None:
-        if self._phase is not Phase.RUNNING:
-            return
-        self._phase = Phase.STOPPING
-        self._stop_sig = signum
-        self._pending.clear()
-        self._deadline = time.monotonic() + self._options.grace_period
-        if self._running or self._children_left:
-            self._emit(
-                "stopping",
-                reason=reason,
-                signal=signal_name(signum),
-                grace_seconds=self._options.grace_period,
-                running=len(self._running),
-            )
-        self._signal_everything(signum)
-
-    def _signal_everything(self, signum: int) -> None:
-        """Signal every process group marun started that still has a member, then any adopted
-        orphan outside those groups (a daemon that made its own session)."""
-        for rec, _ in self._running.values():
-            if rec.stopped_by != signal.SIGKILL:
-                rec.stopped_by = signum
-        groups = live_groups(self._groups)
-        for pgid in groups:
-            signal_group(pgid, signum)
-        self._signalled.clear()
-        self._signal_orphans(signum, groups)
-
-    def _signal_orphans(self, signum: int, groups: set[int] | None = None) -> None:
-        groups = live_groups(self._groups) if groups is None else groups
-        for pid, pgid in direct_children():
-            if pgid in groups or pid in self._signalled:
-                continue
-            self._signalled.add(pid)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signum)
 
     # -- the end ----------------------------------------------------------------------------
 
-    def _finish(self) -> int:
-        job = self.job
-        job.ended = time.time()
-        directory = self._record_dir()
-        path: str | None = None
+
+def _prepare(records: list[ProcessRecord]) -> list[int]:
+    """Everything that can be refused (a cwd or log that cannot be created), done before the
+    first process starts: each process's log descriptor."""
+    for rec in records:
         try:
-            path = write_result(directory, job)
+            os.makedirs(rec.spec.cwd, exist_ok=True)
         except OSError as exc:
-            self._emit("result_not_written", "warning", directory=directory, error=exc.strerror)
-        if job.first_failure is not None and self._link is None:
-            # A coordinated node prints the job's summary instead, once the job has ended.
-            self._say(failure_summary(job) if self._options.prefix_output else nested_summary(job))
-        code = job.exit_code
-        if self._link is not None:
-            code = self._end_of_job(directory)
-        self._emit(
-            "job_finished",
-            outcome=job.outcome,
-            exit_code=code,
-            orphans_reaped=job.orphans_reaped,
-            result=path,
-        )
-        return code
-
-    def _end_of_job(self, directory: str) -> int:
-        """Tell node 0 how this node ended, wait for the job's end, print its first failure."""
-        assert self._link is not None
-        try:
-            with _interruptible():
-                code = self._link.report_end(self.job.outcome, self.job.exit_code, directory)
-        except _Interrupted as exc:
-            # Stopped while waiting for the rest of the job (the platform ends the pod).
-            self._emit("signal_received", "warning", signal=signal_name(exc.signum), phase="end")
-            code = self.job.exit_code or 128 + exc.signum
-        stop = self._job_stop
-        for event in self._link.poll():
-            if event.kind == "stop" and stop is None:
-                stop = event
-        self._link.close()
-        if stop is not None and stop.code:
-            summary = job_failure_summary(self.job, stop.code, stop.failure or {}, self._tail_on)
-            self._say(summary)
-        elif self.job.first_failure is not None:
-            self._say(failure_summary(self.job))
-        return code
-
-    def _record_dir(self) -> str:
-        """Where result.json and marun's events file go."""
-        return self._options.record_dir or os.path.dirname(self._records[0].spec.log)
-
-    @staticmethod
-    def _say(text: str) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            sys.stderr.write(text)
-            sys.stderr.flush()
-
-    def _log_early_events(self) -> None:
-        if self._early is None:
-            return
-        from marun.log import get_logger
-
-        early, self._early = self._early, None
-        self._log = get_logger("marun.runtime.supervisor")
-        from marun.log import log_to_file
-
-        # marun's own events go to the events file beside result.json; the console gets only
-        # what needs a person (marun.log says which).
-        with contextlib.suppress(OSError):
-            log_to_file(private_dir(self._record_dir(), strict=False))
-        for event, level, fields, at in early:
-            self._emit(event, level, _at=at, **fields)
-
-    def _log_not_written(self, name: str, log: str, exc: OSError) -> None:
-        self._emit(
-            "log_not_written",
-            "warning",
-            process=name,
-            log=log,
-            error=exc.strerror,
-            detail="the rest of this process's output reaches the console only",
-        )
-
-    def _emit(self, event: str, level: str = "info", **fields: object) -> None:
-        """A structlog event; a closed stderr must not stop the supervision."""
-        if self._early is not None:
-            self._early.append((event, level, fields, time.time()))
-            return
-        # The simulator's supervisor (prefix_output off: its processes are whole `marun run`s,
-        # one per simulated node, each naming itself) is no node of the job: its events name the
-        # process (node1, ...), not a node index of its own that would read as node 0.
-        where = {"node": self._node.index} if self._options.prefix_output else {}
-        with contextlib.suppress(OSError, ValueError):
-            getattr(self._log, level)(event, **where, **fields)
+            raise bad_value(
+                f"working directory of {rec.spec.name}",
+                rec.spec.cwd,
+                f"a directory marun can create ({exc.strerror})",
+            ) from None
+    return [open_log(rec.spec.log) for rec in records]

@@ -1,0 +1,44 @@
+"""The states of the job's coordination, written down (docs/supervision.md, "The protocol's
+states"), as the supervisor's `Phase` and torch elastic's `WorkerState` are.
+
+`JobPhase`, node 0's coordinator's view of the whole job; transitions only go forward:
+
+    GATHERING --(every node arrived: `start` sent)--> RUNNING
+    GATHERING --(a node failed, left, was stopped; arrival_timeout)--> STOPPING
+    RUNNING   --(the hang watchdog judged the job hung: `dump` sent)--> DUMPING
+    RUNNING   --(a failure, a lost node, a node back after the start; only daemons left)--> STOPPING
+    DUMPING   --(every node's stacks came, or the wait for them ran out)--> STOPPING
+    RUNNING   --(every node ended on its own)--> DONE
+    STOPPING  --(every node that arrived has ended)--> DONE
+
+`stop` is sent once, on entering STOPPING (with the job's exit code and first failure); `done`
+once, on entering DONE (with the job's exit code). job.json is written after DONE.
+
+`MemberPhase`, every node's marun's view; also only forward:
+
+    WAITING  --(`start` from node 0)--> RUNNING
+    WAITING  --(`stop` from node 0; node 0 never answered: arrival + peer timeout)--> STOPPING
+    RUNNING  --(`stop` from node 0; node 0 silent for peer_timeout: lost)--> STOPPING
+    any      --(`done` from node 0, or node 0 lost)--> DONE
+
+A node's supervisor starts nothing before RUNNING and begins its own stop on STOPPING.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class JobPhase(Enum):
+    GATHERING = "gathering"
+    RUNNING = "running"
+    DUMPING = "dumping"  # hung: waiting for every node's stacks before the stop
+    STOPPING = "stopping"
+    DONE = "done"
+
+
+class MemberPhase(Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    DONE = "done"

@@ -1,0 +1,54 @@
+"""job.json: every node's arrival and end as node 0's coordinator saw them, the job's exit code
+and first failure (docs/supervision.md). Schema 1."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from marun.job.wire import MemberState
+from marun.plan.coordination import Coordination
+
+
+def job_report(
+    coord: Coordination,
+    members: Mapping[tuple[int, int], MemberState],
+    *,
+    exit_code: int | None,
+    first_failure: dict[str, Any] | None,
+    started_at: float,
+    refused: int,
+) -> dict[str, Any]:
+    from marun.runtime.result import iso
+
+    nodes = []
+    for node in range(coord.nodes):
+        slots = [members.get((node, s)) for s in range(coord.slots)]
+        nodes.append(
+            {
+                "index": node,
+                "host": next((m.host for m in slots if m), None),
+                "slots": [
+                    {
+                        "slot": s,
+                        "arrived": iso(m.arrived) if m else None,
+                        "ended": iso(m.ended) if m else None,
+                        "outcome": m.outcome if m else "missing",
+                        "exit_code": m.exit_code if m else None,
+                    }
+                    for s, m in enumerate(slots)
+                ],
+            }
+        )
+    return {
+        "schema": 1,
+        "job": coord.job,
+        "nodes_expected": coord.nodes,
+        "exit_code": exit_code,
+        "first_failure": first_failure,
+        "started": iso(started_at),
+        "ended": iso(time.time()),
+        "refused_messages": refused,
+        "nodes": nodes,
+    }

@@ -1,0 +1,206 @@
+"""MPI mode's layout: where its files live, who sshd lets in, the hosts and slots and time-outs,
+read once from the platform and the settings (the same on every node), with run_mpi.sh's own
+variables (MY_SSHD_PORT, MY_MPI_SLOTS, MY_MPI_BTL_TCP_IF) honoured as the settings they stand
+for. Bad input fails here, on every node, before anything starts."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from marun.errors import InputError, bad_value, show_value
+from marun.inputs.hosts import node_hosts
+from marun.inputs.injected import Platform
+from marun.inputs.numbers import MAX_PROCS_PER_NODE, parse_int, parse_port
+from marun.inputs.settings import Settings, default_run_dir
+from marun.mpi import run_dir as run_files
+
+PLATFORM_KEY = "id_rsa"  # what Volcano's ssh plugin mounts, with id_rsa.pub and authorized_keys
+# run_mpi.sh's variables and the marun setting each stands for (docs/mpi.md).
+MY_SSHD_PORT, MY_MPI_SLOTS, MY_MPI_BTL_TCP_IF = "MY_SSHD_PORT", "MY_MPI_SLOTS", "MY_MPI_BTL_TCP_IF"
+_DEFAULT_SSHD_PORT = Settings().sshd_port
+_JOB = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_HOST = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*")
+_PLAIN_WORD = re.compile(r"[\w@%+=:,./-]+", re.ASCII)  # what shlex.join leaves unquoted
+
+
+@dataclass(frozen=True)
+class MpiLayout:
+    """Where MPI mode's files live, who sshd lets in, and the job's time-outs: the same on every
+    node."""
+
+    run_dir: str
+    ssh_dir: str
+    user: str | None  # the login name sshd allows (mpirun sshes as the user it runs as)
+    port: int
+    hosts: tuple[str, ...]
+    slots: int
+    client_key: str  # what mpirun's ssh uses: the platform's key, else the per-job one
+    platform_key: bool  # client_key is the platform's mounted key (else marun generates one)
+    formation_timeout: float = 600.0
+    peer_timeout: float = 60.0
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.run_dir, name)
+
+    @property
+    def sshd_config(self) -> str:
+        return self.path(run_files.SSHD_CONFIG)
+
+    @property
+    def hostfile(self) -> str:
+        return self.path(run_files.HOSTFILE)
+
+    @property
+    def host_key(self) -> str:
+        return self.path(run_files.HOST_KEY)
+
+    @property
+    def pid_file(self) -> str:
+        return self.path(run_files.PID_FILE)
+
+    @property
+    def sshd_log(self) -> str:
+        return self.path(run_files.SSHD_LOG)
+
+    @property
+    def authorized_keys(self) -> tuple[str, str]:
+        """The platform's file, then the one marun writes (per-job key, or id_rsa.pub)."""
+        return (
+            os.path.join(self.ssh_dir, run_files.AUTHORIZED_KEYS),
+            self.path(run_files.AUTHORIZED_KEYS),
+        )
+
+
+def _safe_path(setting: str, path: str) -> str:
+    if not _PLAIN_WORD.fullmatch(path):
+        raise bad_value(
+            setting,
+            path,
+            "a path of letters, digits and _@%+=:,./- only (it goes into mpirun's plm_rsh_args, "
+            "which Open MPI splits at spaces, passing quotes on to ssh)",
+        )
+    return path
+
+
+def _user_and_home(platform: Platform) -> tuple[str | None, str]:
+    import pwd
+
+    try:
+        entry = pwd.getpwuid(platform.uid)
+    except KeyError:
+        return None, platform.env.get("HOME") or "/"
+    return entry.pw_name, entry.pw_dir
+
+
+def check_port(port: int, setting: str = "sshd_port") -> int:
+    if not 1 <= port <= 65535:
+        raise bad_value(
+            setting,
+            port,
+            f"a TCP port in 1-65535 (config key {setting}, MARUN_{setting.upper()})",
+        )
+    return port
+
+
+def check_seconds(value: float, setting: str) -> float:
+    if not 0 < value < math.inf:
+        raise bad_value(setting, value, f"a number of seconds > 0 (MARUN_{setting.upper()})")
+    return value
+
+
+def check_hosts(platform: Platform, hosts: Sequence[str]) -> tuple[str, ...]:
+    task_var = "VC_" + platform.task_name().replace("-", "_").upper() + "_HOSTS"
+    for i, host in enumerate(hosts):
+        if not _HOST.fullmatch(host):
+            raise bad_value(
+                f"host of node {i}",
+                host,
+                f"a host name or address (from {task_var}, the volcano .host file or the "
+                "MA_VJ_NAME pattern)",
+            )
+    return tuple(hosts)
+
+
+def platform_value(platform: Platform, name: str) -> str | None:
+    """A run_mpi.sh variable's value; None where unset or empty (run_mpi.sh skips those)."""
+    value = platform.env.get(name, "").strip()
+    return value or None
+
+
+def _disagree(name: str, raw: str, setting: str, value: object) -> InputError:
+    return InputError(
+        f"{name}={show_value(raw)} (the platform's run_mpi.sh variable) but {setting}="
+        f"{show_value(value)}: expected one of them, or the same value in both (set "
+        f"{setting}, MARUN_{setting.upper()}, alone)"
+    )
+
+
+def _sshd_port(platform: Platform) -> int:
+    port = check_port(platform.settings.sshd_port)
+    raw = platform_value(platform, MY_SSHD_PORT)
+    if raw is None:
+        return port
+    given = parse_port(MY_SSHD_PORT, raw)
+    if port not in (_DEFAULT_SSHD_PORT, given):
+        raise _disagree(MY_SSHD_PORT, raw, "sshd_port", port)
+    return given
+
+
+def _slots(platform: Platform) -> int:
+    raw = platform_value(platform, MY_MPI_SLOTS)
+    if raw is None:
+        return platform.devices_per_node()
+    given = parse_int(MY_MPI_SLOTS, raw, 1, MAX_PROCS_PER_NODE)
+    wanted = platform.settings.nproc_per_node
+    if wanted is not None and wanted != given:
+        raise _disagree(MY_MPI_SLOTS, raw, "nproc_per_node", wanted)
+    return given
+
+
+def configured_nic(platform: Platform) -> tuple[str | None, str]:
+    """(the configured interface or list, the name it came by): `nic`, else MY_MPI_BTL_TCP_IF."""
+    raw = platform_value(platform, MY_MPI_BTL_TCP_IF)
+    nic = platform.settings.nic
+    if raw is None or nic == raw:
+        return nic, "nic"
+    if nic:
+        raise _disagree(MY_MPI_BTL_TCP_IF, raw, "nic", nic)
+    return raw, MY_MPI_BTL_TCP_IF
+
+
+def read_layout(platform: Platform) -> MpiLayout:
+    settings = platform.settings
+    job = platform.job_name()
+    if job is not None and (not _JOB.fullmatch(job) or job in (".", "..")):
+        raise bad_value("MA_VJ_NAME", job, "a job name of letters, digits, '.', '-', '_'")
+    if settings.run_dir:
+        base = _safe_path("run_dir", os.path.join(platform.cwd, settings.run_dir))
+    else:
+        base = _safe_path("TMPDIR", default_run_dir(platform.env))
+    user, home = _user_and_home(platform)
+    if settings.ssh_dir:
+        ssh_dir = _safe_path("ssh_dir", os.path.join(platform.cwd, settings.ssh_dir))
+    else:
+        ssh_dir = _safe_path("ssh_dir", os.path.join(home, ".ssh"))
+    run_dir = os.path.normpath(os.path.join(base, job or "local"))
+    mounted = os.path.join(ssh_dir, PLATFORM_KEY)
+    platform_key = os.path.isfile(mounted)
+    port = _sshd_port(platform)
+    if settings.job_port == port:
+        raise bad_value("job_port", settings.job_port, f"a port other than sshd_port={port}")
+    return MpiLayout(
+        run_dir=run_dir,
+        ssh_dir=os.path.normpath(ssh_dir),
+        user=user,
+        port=port,
+        hosts=check_hosts(platform, node_hosts(platform)),
+        slots=_slots(platform),
+        client_key=mounted if platform_key else os.path.join(run_dir, run_files.JOB_KEY),
+        platform_key=platform_key,
+        formation_timeout=check_seconds(settings.formation_timeout, "formation_timeout"),
+        peer_timeout=check_seconds(settings.peer_timeout, "peer_timeout"),
+    )

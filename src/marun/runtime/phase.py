@@ -1,0 +1,31 @@
+"""The supervisor's phases (`Phase`), only forward; docs/supervision.md, "Signals and phases"."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Phase(Enum):
+    """Where the supervisor is in a job's life (like torch elastic's `WorkerState`).
+
+    ARRIVING  a node of a multi-node job waits for node 0's `start` (every node has arrived):
+              nothing runs yet. A stop from node 0 or a stop signal moves on to STOPPING.
+    RUNNING   processes start, fail, restart; the first cause of the end moves on to STOPPING.
+    STOPPING  the stop signal was sent to everything; waiting `grace_period` for it to go.
+    KILLING   SIGKILL was sent to what was left; waiting up to `KILL_WAIT` for the kernel.
+    GAVE_UP   processes outlived SIGKILL (stuck in the kernel): marun stops waiting and ends.
+
+    Transitions only go forward: (ARRIVING ->) RUNNING -> STOPPING -> KILLING -> GAVE_UP, and
+    ARRIVING -> STOPPING. The loop ends when no
+    child is left in any phase but RUNNING, or at GAVE_UP.
+    """
+
+    ARRIVING = "arriving"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    KILLING = "killing"
+    GAVE_UP = "gave up"
+
+
+# The phases before the stop: a failure, a signal or node 0's stop still decides the end.
+LIVE = (Phase.ARRIVING, Phase.RUNNING)
