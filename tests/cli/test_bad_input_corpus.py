@@ -518,13 +518,13 @@ BASE_ENV = {
 
 
 def _port_env() -> dict[str, str]:
-    """Ports that `run` binds on this host (MPI's sshd, the job's coordination, MindSpore's
-    scheduler), free when the corpus starts: the defaults (36666, 36668, 8118) may be held by
-    anything else on the machine, and a case would then fail on "Address already in use" instead
-    of on its input. A case that sets one of these itself keeps its own value."""
+    """Ports that `run` binds on this host (MPI's sshd, MindSpore's scheduler; the job's
+    coordination is off here: MARUN_JOB_PORT=0 above), free when the corpus starts: the defaults
+    (36666, 8118) may be held by anything else on the machine, and a case would then fail on
+    "Address already in use" instead of on its input. A case that sets one of these itself keeps
+    its own value."""
     return {
         "MARUN_SSHD_PORT": str(free_port()),
-        "MARUN_JOB_PORT": str(free_port()),
         "MARUN_MS_SCHED_PORT": str(free_port()),
     }
 

@@ -500,6 +500,11 @@ BAD = [
         "job_port=36666: expected a port other than sshd_port=36666",
         id="job-port-is-sshd-port",
     ),
+    pytest.param(
+        {"MARUN_JOB_PORT": "0"},
+        "job_port=0: expected a port 1-65535 for an MPI job of",
+        id="job-port-off-with-several-nodes",
+    ),
     pytest.param({"MARUN_FORMATION_TIMEOUT": "0"}, "formation_timeout=0.0", id="formation-0"),
     pytest.param(
         {"MARUN_FORMATION_TIMEOUT": "inf"}, "MARUN_FORMATION_TIMEOUT='inf'", id="formation-inf"

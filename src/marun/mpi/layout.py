@@ -192,12 +192,21 @@ def read_layout(platform: Platform) -> MpiLayout:
     port = _sshd_port(platform)
     if settings.job_port == port:
         raise bad_value("job_port", settings.job_port, f"a port other than sshd_port={port}")
+    hosts = check_hosts(platform, node_hosts(platform))
+    if settings.job_port == 0 and len(hosts) > 1:
+        # The other nodes run sshd only: the job's coordination is what ends them.
+        raise bad_value(
+            "job_port",
+            0,
+            f"a port 1-65535 for an MPI job of {len(hosts)} nodes (the other "
+            "nodes end with the job by its coordination; 0 turns it off)",
+        )
     return MpiLayout(
         run_dir=run_dir,
         ssh_dir=os.path.normpath(ssh_dir),
         user=user,
         port=port,
-        hosts=check_hosts(platform, node_hosts(platform)),
+        hosts=hosts,
         slots=_slots(platform),
         client_key=mounted if platform_key else os.path.join(run_dir, run_files.JOB_KEY),
         platform_key=platform_key,
