@@ -54,8 +54,8 @@ def run_mpi_simulation(
     os.makedirs(hosts_dir, exist_ok=True)
     if not platform.settings.console_ranks:
         # sshd's own lines (every login, every disconnect) go to its log only; the ranks'
-        # output comes through the leader, and the followers say how they wait.
-        marun_options = (*marun_options, "--console-ranks", "leader,follower")
+        # output comes through the leader (the other nodes run sshd only).
+        marun_options = (*marun_options, "--console-ranks", "leader")
     with NetnsCluster(nodes, job=JOB, task="worker", workdir=Path(hosts_dir)) as cluster:
         processes = []
         for i in range(nodes):
