@@ -35,7 +35,34 @@ from marun.sim.shared import JOB, outer_supervision, script_words
 SIM_MODES = ("pytorch", "mindspore", "tensorflow", "ascend")
 
 
+# Ports the simulated job binds (rendezvous, scheduler, TF servers, the job's coordination) are
+# chosen free on loopback here and bound later by the nodes. bind(0) would give one from the
+# kernel's ephemeral range, where any outgoing connection in between (the nodes' own, to the
+# job port) may take it as its local end; one from below that range is taken only by a listener.
+_LOW_PORT = 10000
+
+
+def _ephemeral_start() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
+            return int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port() -> int:
+    """A loopback port free now, below the ephemeral range where there is room (else any)."""
+    import random
+
+    top = _ephemeral_start()
+    for _ in range(100 if top - _LOW_PORT >= 1000 else 0):
+        port = random.randrange(_LOW_PORT, top)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
