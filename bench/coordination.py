@@ -111,6 +111,8 @@ class Light:
     started: float = 0.0
     stopped: float = 0.0
     retries: int = 0
+    instance: str = field(default_factory=new_nonce)  # one per (light) marun process
+    leader: str = ""  # node 0's instance, from its welcome
     refused: int = 0
     writer: asyncio.StreamWriter | None = None
     peer: str = ""
@@ -149,14 +151,21 @@ class Light:
             self.writer, self.peer, self.mine = writer, str(challenge["nonce"]), new_nonce()
             self.seq_in, self.seq_out = int(challenge["seq"]), 0
             self.send("hello", host=source[0], daemons_only=False, nonce=self.mine,
-                      instance=new_nonce(), leader="", started=False)  # fmt: skip
+                      instance=self.instance, leader=self.leader,
+                      started=bool(self.started))  # fmt: skip
             beat = asyncio.ensure_future(self._heartbeats())
             try:
                 await self._read(reader)
+            except OSError:
+                pass
             finally:
                 beat.cancel()
                 writer.close()
-            return
+            if self.stopped:
+                return
+            # Node 0 closed the connection (a send it gave up on): the real member reconnects.
+            self.retries += 1
+            await asyncio.sleep(RETRY)
 
     async def _heartbeats(self) -> None:
         while True:
@@ -175,7 +184,9 @@ class Light:
                 self.refused += 1
                 continue
             kind = body["type"]
-            if kind == "start" and not self.started:
+            if kind == "welcome":
+                self.leader = str(body.get("instance", ""))
+            elif kind == "start" and not self.started:
                 self.started = time.monotonic()
             elif kind == "stop" and not self.stopped:
                 self.stopped = time.monotonic()
