@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from conftest import clean_env
+from conftest import clean_env, free_port
 
 DEADLINE = 90.0  # a hang guard only
 
@@ -30,12 +29,6 @@ print(f"rank {rank} up", flush=True)
 time.sleep(float(os.environ.get("RUN_FOR", "120")))
 print(f"rank {rank} done", flush=True)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -8,14 +8,13 @@ MindSpore cluster itself is run for real in tests/e2e/test_e2e_mindspore.py)."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import clean_env
+from conftest import clean_env, free_port
 
 STAND_IN = """\
 import json, os, pathlib
@@ -23,12 +22,6 @@ keep = {k: v for k, v in os.environ.items() if k.startswith("MS_") or k in ("RAN
 out = pathlib.Path(os.environ["STARTS_DIR"]) / f"{os.getpid()}.json"
 out.write_text(json.dumps(keep))
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _rank_table(path: Path, servers: int, devices: int) -> Path:
@@ -66,7 +59,7 @@ def test_every_device_start_starts_its_worker_once(
     starts = tmp_path / "starts"
     starts.mkdir()
     size = servers * devices
-    port, job_port = _free_port(), _free_port()
+    port, job_port = free_port(), free_port()
     procs = []
     for rank in range(size):
         env = clean_env(

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import free_port
 from marun.job.arrival import LOST_EXIT
 from marun.job.coordinator import Coordinator
 from marun.job.member import Member
@@ -19,12 +20,6 @@ from marun.plan.coordination import Coordination
 from marun.runtime.joblink import JobEvent
 
 SECRET = b"s3cret"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def coordination(index: int, port: int, **kw: object) -> Coordination:

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from conftest import free_port
 from marun.job.coordinator import Coordinator
 from marun.job.limits import HELLO_WAIT, REFUSAL_WINDOW, REFUSALS_LOGGED, per_source_limit
 from marun.job.member import Member
@@ -26,12 +27,6 @@ from marun.job.protocol import MAX_HELLO_LINE
 from marun.plan.coordination import Coordination
 
 SECRET = b"s3cret"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Log:

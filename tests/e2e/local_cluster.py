@@ -19,7 +19,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -30,7 +29,7 @@ from types import TracebackType
 
 import pytest
 
-from conftest import REPO, clean_env
+from conftest import REPO, clean_env, free_port
 
 EXAMPLES = REPO / "examples"
 TAG_VAR = "MARUN_E2E_JOB_TAG"  # not a setting: config.py reads only MARUN_<known key>
@@ -56,17 +55,13 @@ def framework_python(name: str) -> Path:
 
 
 def free_ports(count: int) -> list[int]:
-    """`count` distinct ports free on 127.0.0.1 right now (held open together so they differ)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+    """`count` distinct ports free right now, outside the ephemeral range (conftest.free_port)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
 
 
 @dataclass(frozen=True)

@@ -16,19 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import clean_env
+from conftest import clean_env, free_port
 
 pytestmark = pytest.mark.e2e
 
 SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
 SSH = shutil.which("ssh")
 ME = pwd.getpwuid(os.getuid()).pw_name
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Server:
@@ -65,7 +59,7 @@ def server(tmp_path: Path) -> Iterator[Server]:
 
     run = tmp_path / "run"
     run.mkdir()
-    port = _free_port()
+    port = free_port()
     config = run / SSHD_CONFIG
     config.write_text(
         render_sshd_config(
