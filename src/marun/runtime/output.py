@@ -170,14 +170,14 @@ class OutputStream:
         else:  # fewer lines than kept: the first one begun in earlier reads
             lines = (bytes(self._pending) + data[:end]).split(b"\n")
         for line in lines:
-            self._tail.append(line[:_TAIL_WIDTH].decode("utf-8", "replace").rstrip("\r"))
+            self._tail.append(tail_line(line))
 
     def _emit_line(self, line: bytes) -> None:
         """One line (the last one, or a piece of an over-long one) to the console and the tail."""
         if self._console is not None:
             self._console.write([self._prefix, line, b"\n"])
         if self._tail.maxlen != 0:
-            self._tail.append(line[:_TAIL_WIDTH].decode("utf-8", "replace").rstrip("\r"))
+            self._tail.append(tail_line(line))
 
 
 # -- the pumps --------------------------------------------------------------------------------
@@ -319,6 +319,11 @@ def widen_pipe(fd: int) -> None:
             return
         except OSError:
             continue  # above the system's limit: a smaller one, else the default 64 KiB
+
+
+def tail_line(line: bytes) -> str:
+    """One line as the failure summary keeps it: its first characters, decoded, no `\\r`."""
+    return line[:_TAIL_WIDTH].decode("utf-8", "replace").rstrip("\r")
 
 
 def new_tail() -> deque[str]:
