@@ -27,8 +27,8 @@ class JobLink(Protocol):
     def poll(self) -> list[JobEvent]: ...
 
     def activity(self) -> None:
-        """A rank wrote something. Called from the relay's pump threads (one per pipe), each
-        block they move: it must be cheap and safe from any thread."""
+        """A rank wrote something. Called from the relay's pump threads (one per pipe of a rank
+        the console shows), each block they move: it must be cheap and safe from any thread."""
 
     def watch_output(self, grew: Callable[[], bool]) -> None:
         """`grew()` says whether a log written by its process directly (not through the relay)

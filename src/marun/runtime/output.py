@@ -1,5 +1,6 @@
-"""Each process's output: to its log file as it comes, and to marun's stdout as whole lines
-prefixed `[<node>:<rank or name>] `.
+"""Each shown process's output: to its log file as it comes, and to marun's stdout as whole
+lines prefixed `[<node>:<rank or name>] `. (A process the console does not show has no pipe: it
+writes its log file itself, marun.runtime.direct_log.)
 
 Every pipe has its own pump thread (`Relay`), so reading, logging and showing use every core:
 the system calls (read, write, writev) run without the GIL, and no rank's log waits for another
