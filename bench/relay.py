@@ -110,7 +110,13 @@ def run(
             got = [json.loads((stats / str(r)).read_text()) for r in range(first, ranks)]
             return float(max(g["ended"] for g in got) - min(g["began"] for g in got))
 
-        def raw() -> tuple[float, float, float]:
+        def spread() -> float:
+            """From the first writer's first write to the last writer's: how staggered the
+            starts were (marun forks each rank; the raw baseline spawns them)."""
+            began = [json.loads((stats / str(r)).read_text())["began"] for r in range(ranks)]
+            return float(max(began) - min(began))
+
+        def raw() -> tuple[float, float, float, float]:
             fresh()
             flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
             out = [os.open(root / f"raw{r}.log", flags, 0o600) for r in range(ranks)]
@@ -127,9 +133,9 @@ def run(
             assert codes == [0] * ranks, codes
             for r in range(ranks):
                 _check(root / f"raw{r}.log", r, lines)
-            return (seconds, writers(), writers(1))
+            return (seconds, writers(), writers(1), spread())
 
-        def relayed(console_ranks: str, which: str = "now") -> tuple[float, float, float]:
+        def relayed(console_ranks: str, which: str = "now") -> tuple[float, float, float, float]:
             logs = root / "logs"
             console = root / "console.out"
             argv = [
@@ -148,14 +154,14 @@ def run(
                 if r in shown:
                     _check(console, r, lines, prefix=f"[0:{r}] ".encode())
                 worst[which].append(json.loads((stats / str(r)).read_text())["worst_write"])
-            return (seconds, writers(), writers(1))
+            return (seconds, writers(), writers(1), spread())
 
         selections = ("all", "0", "none")
-        cases: list[Callable[[], tuple[float, float, float]]] = [raw]
+        cases: list[Callable[[], tuple[float, float, float, float]]] = [raw]
         cases += [functools.partial(relayed, s) for s in selections]
         if before:
             cases += [functools.partial(relayed, s, "before") for s in selections]
-        (base, base_writers, base_others), *figures = interleaved(cases, runs)
+        (base, base_writers, base_others, base_spread), *figures = interleaved(cases, runs)
     what = f"{ranks} ranks x {size / 1e6:.0f} MB of {LINE}-byte lines"
     goals = {"all": 0.5, "0": 0.5, "none": 0.9}
     rows: list[Row] = []
@@ -163,7 +169,7 @@ def run(
         if not worst[which]:
             continue
         mine = figures[:3] if which == "now" else figures[3:]
-        for selection, (whole, writing, others) in zip(selections, mine):
+        for selection, (whole, writing, others, started) in zip(selections, mine):
             shown = "all shown" if selection == "all" else f"--console-ranks {selection}"
             goal = goals[selection]
             rows += [
@@ -173,6 +179,11 @@ def run(
                     ms(base_writers), f"{base_writers / writing:.2f}x raw", f">= {goal}x raw",
                     base_writers / writing >= goal),
             ]  # fmt: skip
+            if selection == "none":
+                rows.append(
+                    Row("relay", f"{label}  first to last rank's first write, {shown}",
+                        ms(started), ms(base_spread), "-", "-")
+                )  # fmt: skip
             if selection == "0":
                 rows.append(
                     Row("relay", f"{label}  ranks 1-{ranks - 1} (not shown), --console-ranks 0",
