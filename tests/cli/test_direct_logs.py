@@ -147,3 +147,29 @@ def test_the_hang_watchdog_judges_silent_ranks_not_shown_idle(tmp_path: Path) ->
             assert log.startswith(f"rank {2 * i} up\n")
     finally:
         job.kill_all()
+
+
+LAST_WORDS = """\
+import os, sys, time
+rank = int(os.environ["RANK"])
+if rank == 3:
+    for i in range(40):
+        print(f"rank 3 says {i}", flush=True)
+    sys.exit(7)
+time.sleep(120)
+"""
+
+
+def test_every_node_shows_the_last_lines_of_a_rank_not_shown(tmp_path: Path) -> None:
+    """Rank 3 (node 1, not shown) fails: the job's first failure, printed on every node, carries
+    its last lines, read back from its log on node 1."""
+    job = LoopbackJob(tmp_path, nodes=2)
+    job.options = ["--console-ranks", "0"]
+    try:
+        job.start([0, 1], LAST_WORDS)
+        assert job.finish() == {0: 7, 1: 7}, job.report()
+        for i in range(2):
+            kept = re.findall(r"\| (rank 3 says \d+)", job.nodes[i].output)
+            assert kept == [f"rank 3 says {n}" for n in range(20, 40)], job.report()
+    finally:
+        job.kill_all()
