@@ -33,6 +33,7 @@ class JobPhase(Enum):
     GATHERING = "gathering"
     RUNNING = "running"
     DUMPING = "dumping"  # hung: waiting for every node's stacks before the stop
+    RESTARTING = "restarting"  # a restart round: waiting for every node's ranks to be gone
     STOPPING = "stopping"
     DONE = "done"
 
@@ -40,5 +41,6 @@ class JobPhase(Enum):
 class MemberPhase(Enum):
     WAITING = "waiting"
     RUNNING = "running"
+    RESTARTING = "restarting"  # a restart round: this node stops its ranks, then waits
     STOPPING = "stopping"
     DONE = "done"
