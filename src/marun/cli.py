@@ -188,6 +188,7 @@ def simulate(
     tf_chief: TfChiefOpt = None,
     console_ranks: ConsoleRanksOpt = None,
     grace_period: GraceOpt = None,
+    max_restarts: MaxRestartsOpt = None,
     show_plan: Annotated[
         bool, typer.Option("--show-plan/--no-show-plan", help="print the job's plan first")
     ] = True,

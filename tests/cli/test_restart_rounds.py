@@ -153,3 +153,49 @@ def test_a_hang_with_rounds_left_dumps_the_stacks_then_starts_round_1(tmp_path: 
     assert "no rank of the job wrote a line for 3s" in round1["cause"]["why"], round1
     assert round1["stacks"], round1  # every rank's stacks (or why there are none: no py-spy)
     assert "rank 5 round 1 passed the rendezvous" in _rank_log(job, 2, 5)
+
+
+ONE_NODE = """\
+import os, sys, time
+r = int(os.environ["RANK"]); k = int(os.environ["MARUN_RESTART_COUNT"])
+print(f"rank {r} round {k} port {os.environ['MASTER_PORT']}", flush=True)
+if r == 1 and k < 2:
+    sys.exit(5)
+time.sleep(0.5)
+"""
+
+
+def test_a_job_of_one_node_applies_the_same_rule_itself(tmp_path: Path) -> None:
+    """No node 0 to ask: the supervisor runs the rounds (and the rule) itself; each round's
+    rendezvous port moves; quick failures twice running end it unless quick_failure is 0."""
+    import subprocess
+    import sys
+
+    from conftest import clean_env, free_port
+
+    (tmp_path / "one.py").write_text(ONE_NODE)
+    port = free_port()
+    argv = [sys.executable, "-m", "marun", "run", "--mode", "pytorch", "--nproc-per-node", "2",
+            "--max-restarts", "3", "--", "one.py", "--init_method", f"tcp://127.0.0.1:{port}",
+            "--rank", "0", "--world_size", "1"]  # fmt: skip
+
+    def run(**env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            argv, cwd=tmp_path, env=clean_env({"MARUN_NIC": "lo", **env}), capture_output=True,
+            text=True, timeout=60, check=False,
+        )  # fmt: skip
+
+    patient = run(MARUN_QUICK_FAILURE="0")
+    assert patient.returncode == 0, patient.stdout + patient.stderr
+    assert "marun: round 2/3 after node 0 rank 1 exit 5 (all 2 ranks running again in" in (
+        patient.stderr
+    )
+    log = (tmp_path / "marun_logs" / "rank_0.log").read_text()
+    assert f"rank 0 round 0 port {port}" in log, log
+    ports = {line.split("port ")[1] for line in log.splitlines() if "port " in line}
+    assert len(ports) == 3, log  # a port of its own for each round
+    result = json.loads((tmp_path / "marun_logs" / "result.json").read_text())
+    assert result["round"] == 2 and result["rounds"][0]["cause"]["rank"] == 1
+    quick = run()
+    assert quick.returncode == 5, quick.stdout + quick.stderr
+    assert "quick_failure" in quick.stderr and "round 2/3" not in quick.stderr

@@ -166,5 +166,5 @@ class RestartRounds(Arrival):
         budget = self._rule.budget if self._rule is not None else 0
         self._announce(
             f"{round_line(round_, budget, record['cause'])} (all {record['ranks']} ranks "
-            f"running again in {took:.1f}s)"
+            f"running again in {took:.2f}s)"
         )

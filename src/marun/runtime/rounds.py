@@ -72,23 +72,19 @@ def round_ports(
 
 
 def describe_cause(cause: Mapping[str, Any] | None) -> str:
-    """`node 1 rank 3 exit 1`, `node 2 lost: ...`: what started a round, in a few words."""
+    """`node 1 rank 3 exit 1`, `node 0 mpi-leader signal SIGKILL`, or a lost node's or a hang's
+    `why`: what started a round, in a few words."""
     if not cause:
         return "a failure"
-    parts = []
-    if cause.get("node") is not None:
-        parts.append(f"node {cause['node']}")
-    if cause.get("rank") is not None:
-        parts.append(f"rank {cause['rank']}")
-    elif cause.get("name"):
-        parts.append(str(cause["name"]))
+    if cause.get("rank") is None and not cause.get("name"):
+        return str(cause.get("why") or "a failure")[:200]
+    parts = [] if cause.get("node") is None else [f"node {cause['node']}"]
+    parts.append(f"rank {cause['rank']}" if cause.get("rank") is not None else str(cause["name"]))
     if cause.get("signal"):
         parts.append(f"signal {cause['signal']}")
-    elif cause.get("exit_code") is not None and cause.get("rank") is not None:
+    elif cause.get("exit_code") is not None:
         parts.append(f"exit {cause['exit_code']}")
-    if cause.get("rank") is None and cause.get("why"):
-        return str(cause["why"])[:200]
-    return " ".join(parts) or "a failure"
+    return " ".join(parts)
 
 
 def round_line(round_: int, budget: int, cause: Mapping[str, Any] | None) -> str:

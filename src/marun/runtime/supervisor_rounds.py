@@ -218,5 +218,5 @@ class SupervisorRounds(SupervisorStop):
             self._link.report_running(self._round, started)
         else:
             took = time.monotonic() - self._round_detected
-            self._say(f"{line} (all {started} ranks running again in {took:.1f}s)\n")
+            self._say(f"{line} (all {started} ranks running again in {took:.2f}s)\n")
         self._emit("round_running", round=self._round, processes=started)
