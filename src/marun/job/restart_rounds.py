@@ -73,7 +73,7 @@ class RestartRounds(Arrival):
         )
         self._round_failure = failure  # the job's first failure if the round cannot start
         self._new_hang_judge()
-        self._log("job_restart", "warning", round=self.round, cause=describe_cause(cause))
+        self._log("job_restart", "info", round=self.round, cause=describe_cause(cause))
         self._broadcast("restart", round=self.round, cause=cause)
 
     def _round_cause(self) -> dict[str, Any] | None:
@@ -96,7 +96,7 @@ class RestartRounds(Arrival):
                 return False
         member.ended = member.outcome = member.exit_code = None
         member.stopped_round = self.round  # a new marun runs nothing yet
-        self._log("node_rejoined", "warning", node=key[0], slot=key[1], round=self.round)
+        self._log("node_rejoined", "info", node=key[0], slot=key[1], round=self.round)
         return True
 
     def _check_round(self, now: float) -> None:
@@ -106,6 +106,13 @@ class RestartRounds(Arrival):
         leader = self.members.get((self.coord.leader, 0))
         if leader is None or leader.ended is not None:
             self._round_failed(f"node {self.coord.leader}'s marun ended during the round")
+            return
+        finished = next((m for m in self.members.values() if m.outcome == "succeeded"), None)
+        if finished is not None:  # it will not come back for the round: no point waiting
+            self._round_failed(
+                f"node {finished.node}'s ranks finished during the round: a round needs every "
+                "node's"
+            )
             return
         waiting = [
             f"node {n} slot {s}" if self.coord.slots > 1 else f"node {n}"

@@ -109,8 +109,7 @@ class SupervisorRounds(SupervisorStop):
             self._phase = Phase.RESTARTING
             self._pending.clear()
             self._emit(
-                "round_stopping",
-                "warning",
+                "round_stopping",  # info: node 0's one line per round is what a person reads
                 round=target,
                 cause=describe_cause(cause),
                 grace_seconds=self._options.grace_period,
