@@ -214,6 +214,7 @@ class SupervisorRounds(SupervisorStop):
         if not self._round:
             return
         if self._link is not None:
+            self._link.activity()  # the hang watchdog's silence counts from the round's start
             self._link.report_running(self._round, started)
         else:
             took = time.monotonic() - self._round_detected
