@@ -30,7 +30,15 @@ ALLOWED: dict[str, set[str]] = {
     "sim": {"inputs", "plan", "runtime", "mpi", "job", "launch", "run_argv"},
     "doctor": {"inputs", "plan", "runtime", "mpi", "job", "launch"},
     "cli": {
-        "inputs", "plan", "runtime", "mpi", "job", "sim", "doctor", "run_argv", "launch",
+        "inputs",
+        "plan",
+        "runtime",
+        "mpi",
+        "job",
+        "sim",
+        "doctor",
+        "run_argv",
+        "launch",
         "cli_options",
     },
     "cli_options": set(),  # the options `plan` and `run` share (typer annotations only)
