@@ -66,7 +66,9 @@ def test_a_rank_that_fails_once_is_restarted_with_every_rank_of_the_job(tmp_path
     for rank in range(6):
         log = _rank_log(job, rank // 2, rank)
         # Both rounds in one log, the second after its marker, told its round on every node.
-        assert f"rank {rank} round 0 budget 3 torch 0" in log, log
+        # (Round 0's first line only from rank 4: the others may be stopped before they print.)
+        if rank == 4:
+            assert log.startswith("rank 4 round 0 budget 3 torch 0"), log
         assert "marun: round 1/3 after node 2 rank 4 exit 1" in log, log
         after = log.split("marun: round 1/3", 1)[1]
         assert f"rank {rank} round 1 budget 3 torch 1" in after, log
