@@ -85,9 +85,9 @@ def test_a_rank_that_fails_once_is_restarted_with_every_rank_of_the_job(tmp_path
         job.nodes[0].output
     )
     # The rendezvous moved to another port in round 1.
-    first = _rank_log(job, 0, 0)
-    port0 = first.split("port ", 1)[1].split()[0]
-    port1 = first.split("marun: round 1/3", 1)[1].split("port ", 1)[1].split()[0]
+    failed = _rank_log(job, 2, 4)  # the one rank sure to have printed in round 0
+    port0 = failed.split("port ", 1)[1].split()[0]
+    port1 = failed.split("marun: round 1/3", 1)[1].split("port ", 1)[1].split()[0]
     assert port0 != port1
 
 
