@@ -201,3 +201,24 @@ def test_a_job_of_one_node_applies_the_same_rule_itself(tmp_path: Path) -> None:
     quick = run()
     assert quick.returncode == 5, quick.stdout + quick.stderr
     assert "quick_failure" in quick.stderr and "round 2/3" not in quick.stderr
+
+
+def test_a_lost_node_never_replaced_ends_the_round_after_arrival_timeout(tmp_path: Path) -> None:
+    """Node 2's marun SIGKILLed and no new one: the round waits arrival_timeout for it, then the
+    job ends on every other node with the lost node's failure and why no round followed."""
+    job = _job(tmp_path, RANKS_HANG="0:0", MARUN_ARRIVAL_TIMEOUT="5")
+    try:
+        job.start([0, 1, 2], RANKS)
+        job.wait_for(2, "rank 5 round 0")
+        os.killpg(job.nodes[2].proc.pid, signal.SIGKILL)
+        job.nodes[2].proc.wait()
+        del job.nodes[2]
+        codes = job.finish()
+    finally:
+        job.kill_all()
+    assert codes == {0: 1, 1: 1}, job.report()
+    report = json.loads(job.job_json())
+    assert report["first_failure"]["node"] == 2, report
+    assert "not back within arrival_timeout 5s" in report["first_failure"]["no_restart"], report
+    for node in job.nodes.values():
+        assert "node 2" in node.output and "lost" in node.output, job.report()
