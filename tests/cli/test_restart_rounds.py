@@ -51,17 +51,22 @@ def _job(tmp_path: Path, restarts: int = 3, **env: str) -> LoopbackJob:
     return job
 
 
+def _run(job: LoopbackJob) -> dict[int, int]:
+    """Every node started with RANKS; each one's exit code once all have ended."""
+    try:
+        job.start([0, 1, 2], RANKS)
+        return job.finish()
+    finally:
+        job.kill_all()
+
+
 def _rank_log(job: LoopbackJob, node: int, rank: int) -> str:
     return (job.work(node) / "marun_logs" / f"rank_{rank}.log").read_text()
 
 
 def test_a_rank_that_fails_once_is_restarted_with_every_rank_of_the_job(tmp_path: Path) -> None:
     job = _job(tmp_path, RANKS_FAIL="4:0")
-    try:
-        job.start([0, 1, 2], RANKS)
-        codes = job.finish()
-    finally:
-        job.kill_all()
+    codes = _run(job)
     assert codes == {0: 0, 1: 0, 2: 0}, job.report()
     for rank in range(6):
         log = _rank_log(job, rank // 2, rank)
@@ -93,11 +98,7 @@ def test_a_rank_that_fails_once_is_restarted_with_every_rank_of_the_job(tmp_path
 
 def test_a_rank_that_fails_at_once_every_round_ends_the_job(tmp_path: Path) -> None:
     job = _job(tmp_path, restarts=5, RANKS_FAIL=",".join(f"3:{r}" for r in range(6)), FAIL_CODE="7")
-    try:
-        job.start([0, 1, 2], RANKS)
-        codes = job.finish()
-    finally:
-        job.kill_all()
+    codes = _run(job)
     assert codes == {0: 7, 1: 7, 2: 7}, job.report()
     report = json.loads(job.job_json())
     # Round 0 failed at once, round 1 failed at once again: no third round.
@@ -111,11 +112,7 @@ def test_a_rank_that_fails_at_once_every_round_ends_the_job(tmp_path: Path) -> N
 def test_a_fatal_exit_code_ends_the_job_without_a_round(tmp_path: Path) -> None:
     job = _job(tmp_path, RANKS_FAIL="1:0", FAIL_CODE="3")
     job.options += ["--fatal-exit-codes", "3,4"]
-    try:
-        job.start([0, 1, 2], RANKS)
-        codes = job.finish()
-    finally:
-        job.kill_all()
+    codes = _run(job)
     assert codes == {0: 3, 1: 3, 2: 3}, job.report()
     report = json.loads(job.job_json())
     assert report["round"] == 0 and "fatal" in report["first_failure"]["no_restart"]
@@ -143,11 +140,7 @@ def test_a_replaced_node_rejoins_in_the_next_round(tmp_path: Path) -> None:
 def test_a_hang_with_rounds_left_dumps_the_stacks_then_starts_round_1(tmp_path: Path) -> None:
     job = _job(tmp_path, RANKS_HANG=",".join(f"{r}:0" for r in range(6)))
     job.options += ["--hang-timeout", "3"]
-    try:
-        job.start([0, 1, 2], RANKS)
-        codes = job.finish()
-    finally:
-        job.kill_all()
+    codes = _run(job)
     assert codes == {0: 0, 1: 0, 2: 0}, job.report()
     report = json.loads(job.job_json())
     (round1,) = report["rounds"]
