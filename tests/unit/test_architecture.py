@@ -16,7 +16,7 @@ from conftest import REPO
 
 PACKAGE = REPO / "src" / "marun"
 # Top-level modules every part may use; they import none of the parts.
-HELPERS = {"errors", "_files", "redact", "log"}
+HELPERS = {"errors", "exit_codes", "_files", "redact", "log"}
 # part -> the parts it may import (besides itself and the helpers).
 ALLOWED: dict[str, set[str]] = {
     "helpers": set(),

@@ -12,7 +12,8 @@ import pytest
 
 from conftest import run_marun
 from marun._files import atomic_write
-from marun.errors import EXIT_BAD_INPUT, InputError
+from marun.errors import InputError
+from marun.exit_codes import BAD_INPUT_EXIT
 from marun.plan.launch_plan import FileSpec
 from marun.runtime.execute import write_files
 
@@ -70,7 +71,7 @@ def test_an_unwritable_path_is_one_line_naming_it(tmp_path: Path) -> None:
     with pytest.raises(InputError) as caught:
         write_files((FileSpec(str(path), "x", 0o644),))
     message = str(caught.value)
-    assert caught.value.exit_code == EXIT_BAD_INPUT
+    assert caught.value.exit_code == BAD_INPUT_EXIT
     assert message.startswith(f"cannot write {path}: Not a directory")
     assert "\n" not in message
 

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from marun.runtime.signals import exit_code_for
+from marun.exit_codes import signal_exit
 
 _PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 
@@ -42,7 +42,7 @@ class Ending:
     def from_wait_status(cls, status: int) -> Ending:
         if os.WIFSIGNALED(status):
             sig = os.WTERMSIG(status)
-            return cls(exit_code_for(sig), sig)
+            return cls(signal_exit(sig), sig)
         return cls(os.WEXITSTATUS(status))
 
 
