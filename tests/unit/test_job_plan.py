@@ -48,7 +48,7 @@ def test_pytorch_nodes_report_to_the_init_method_host(script: Path) -> None:
         "peer_timeout": 60.0,
         "hang_timeout": 600.0,
         "auth": "none",
-        "ssh_dir": None,
+        "ssh_key": None,
     }
 
 
@@ -61,6 +61,8 @@ def test_the_secret_s_source_never_its_value(script: Path, tmp_path: Path) -> No
     (ssh / "id_rsa").write_text("KEY-CONTENT\n")
     data = plan(script, env={"MARUN_SSH_DIR": str(ssh)})
     assert data["coordination"]["auth"] == "ssh-key"
+    # the key's path as the plan found it (Platform.ssh_key): the job's link reads that one
+    assert data["coordination"]["ssh_key"] == str(ssh / "id_rsa")
     assert "KEY-CONTENT" not in json.dumps(data)
 
 

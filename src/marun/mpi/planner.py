@@ -67,13 +67,12 @@ from collections.abc import Sequence
 
 from marun._files import find_executable
 from marun.errors import bad_value
-from marun.inputs.injected import Platform
+from marun.inputs.injected import SSH_KEY, Platform
 from marun.inputs.nic import Nic, choose_nic
 from marun.mpi.layout import (
     MY_MPI_BTL_TCP_IF,
     MY_MPI_SLOTS,
     MY_SSHD_PORT,
-    PLATFORM_KEY,
     MpiLayout,
     configured_nic,
     platform_value,
@@ -113,7 +112,7 @@ def _notes(
             "openssh-server (the plan shows it as plain 'sshd')"
         )
     if not layout.platform_key:
-        where = os.path.join(layout.ssh_dir, PLATFORM_KEY)
+        where = platform.ssh_key()
         notes.append(
             f"no client key at {where}: marun will generate a per-job key at {layout.client_key} "
             f"and authorize it in {layout.authorized_keys[1]}"
@@ -200,7 +199,7 @@ def key_options(platform: Platform, layout: MpiLayout, node_0_here: bool) -> tup
             raise bad_value(
                 "ssh_dir",
                 layout.ssh_dir,
-                f"the platform's ssh key ({PLATFORM_KEY}, {PLATFORM_KEY}.pub, authorized_keys: "
+                f"the platform's ssh key ({SSH_KEY}, {SSH_KEY}.pub, authorized_keys: "
                 f"Volcano's ssh plugin) for a job of {hosts} nodes; set MARUN_SSH_DIR where it "
                 "is mounted",
             )
@@ -219,7 +218,7 @@ def key_options(platform: Platform, layout: MpiLayout, node_0_here: bool) -> tup
         raise bad_value(
             "ssh_dir",
             layout.ssh_dir,
-            f"authorized_keys or {PLATFORM_KEY}.pub next to {PLATFORM_KEY}: the other nodes "
+            f"authorized_keys or {SSH_KEY}.pub next to {SSH_KEY}: the other nodes "
             "must let node 0's key in",
         )
     return ()
