@@ -250,7 +250,9 @@ def _ports(platform: Platform, mode: str | None) -> list[tuple[str, int]]:
     return ports
 
 
-def check_ports(platform: Platform, mode: str | None) -> list[Check]:
+def check_ports_free(platform: Platform, mode: str | None) -> list[Check]:
+    """Whether each port this node's plan listens on is free now (a report; `marun run` refuses
+    a taken one: runtime.execute.refuse_taken_ports, through the same inputs.port_probe)."""
     return _port_checks(_ports(platform, mode))
 
 
@@ -320,7 +322,7 @@ def run_checks(platform: Platform, mode: str | None, command: Sequence[str] = ()
     if command:
         checks += check_plan(platform, mode)
     else:
-        checks += check_ports(platform, mode)
+        checks += check_ports_free(platform, mode)
     checks += check_job_secret(platform, mode)
     return checks
 

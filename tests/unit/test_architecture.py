@@ -1,4 +1,4 @@
-"""The layout's rules, checked on the source: imports go one way (inputs <- plan <- runtime; mpi,
+"""The package's rules, checked on the source: imports go one way (inputs <- plan <- runtime; mpi,
 job and sim use them, never the reverse), and every subpackage says what it holds and may import.
 
 Every `import` counts, also those inside functions and under TYPE_CHECKING: a lazy import is

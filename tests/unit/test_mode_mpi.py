@@ -877,7 +877,7 @@ def test_run_mpi_sh_variables_are_honoured(job: Path) -> None:
     assert "-p 2222" in argv[argv.index("plm_rsh_args") + 1]
     notes = "\n".join(data["notes"])
     assert "MY_SSHD_PORT=2222 (run_mpi.sh's variable) taken as sshd_port 2222" in notes
-    assert "MY_MPI_SLOTS=3 (run_mpi.sh's variable) taken as 3 slot(s) per host" in notes
+    assert "MY_MPI_SLOTS=3 (run_mpi.sh's variable) taken as 3 rank(s) per host" in notes
     assert "name the configured interfaces nosuch0,lo (each node uses those it has)" in notes
 
 

@@ -1,7 +1,7 @@
-"""MPI mode's layout: where its files live, who sshd lets in, the hosts and slots and time-outs,
-read once from the platform and the settings (the same on every node), with run_mpi.sh's own
-variables (MY_SSHD_PORT, MY_MPI_SLOTS, MY_MPI_BTL_TCP_IF) honoured as the settings they stand
-for. Bad input fails here, on every node, before anything starts."""
+"""MPI mode's setup: where its files live, who sshd lets in, the hosts, the ranks per host and
+the time-outs, read once from the platform and the settings (the same on every node), with
+run_mpi.sh's own variables (MY_SSHD_PORT, MY_MPI_SLOTS, MY_MPI_BTL_TCP_IF) honoured as the
+settings they stand for. Bad input fails here, on every node, before anything starts."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ _PLAIN_WORD = re.compile(r"[\w@%+=:,./-]+", re.ASCII)  # what shlex.join leaves 
 
 
 @dataclass(frozen=True)
-class MpiLayout:
+class MpiSetup:
     """Where MPI mode's files live, who sshd lets in, and the job's time-outs: the same on every
     node."""
 
@@ -43,7 +43,7 @@ class MpiLayout:
     user: str | None  # the login name sshd allows (mpirun sshes as the user it runs as)
     port: int
     hosts: tuple[str, ...]
-    slots: int
+    ranks_per_host: int  # Open MPI's slots per host (the hostfile's `slots=`)
     client_key: str  # what mpirun's ssh uses: the platform's key, else the per-job one
     platform_key: bool  # client_key is the platform's mounted key (else marun generates one)
     formation_timeout: float = 600.0
@@ -130,7 +130,7 @@ def _sshd_port(platform: Platform) -> int:
     return given
 
 
-def _slots(platform: Platform) -> int:
+def _ranks_per_host(platform: Platform) -> int:
     raw = platform_value(platform, MY_MPI_SLOTS)
     if raw is None:
         return platform.devices_per_node()
@@ -152,7 +152,7 @@ def configured_nic(platform: Platform) -> tuple[str | None, str]:
     return raw, MY_MPI_BTL_TCP_IF
 
 
-def read_layout(platform: Platform) -> MpiLayout:
+def read_setup(platform: Platform) -> MpiSetup:
     settings = platform.settings
     job = platform.job_name()
     if job is not None and (not _JOB.fullmatch(job) or job in (".", "..")):
@@ -175,13 +175,13 @@ def read_layout(platform: Platform) -> MpiLayout:
             f"a port {PORT_MIN}-{PORT_MAX} for an MPI job of {len(hosts)} nodes (the other "
             "nodes end with the job by its coordination; 0 turns it off)",
         )
-    return MpiLayout(
+    return MpiSetup(
         run_dir=run_dir,
         ssh_dir=ssh_dir,
         user=None if entry is None else entry[0],
         port=port,
         hosts=hosts,
-        slots=_slots(platform),
+        ranks_per_host=_ranks_per_host(platform),
         client_key=mounted if platform_key else os.path.join(run_dir, run_files.JOB_KEY),
         platform_key=platform_key,
         formation_timeout=check_positive_seconds("formation_timeout", settings.formation_timeout),
