@@ -127,20 +127,6 @@ def test_tensorflow_leader_is_the_first_worker(script: Path) -> None:
     assert coordination["index"] == 3
 
 
-def test_single_node_run_loads_no_coordination(script: Path) -> None:
-    """One node: no import of marun.job or the runtime's link to it, no thread, no socket
-    (supervised here, so the supervisor's imports count too)."""
-    res = run_marun(
-        ["run", "--supervise", "--", script.name, "--init_method", INIT],
-        env={"PYTHONPROFILEIMPORTTIME": "1"},
-        cwd=script.parent,
-    )
-    assert res.returncode == 0, res.stderr
-    assert "marun.plan.coordination" in res.stderr  # the plan looked, and found one node
-    assert "marun.job" not in res.stderr
-    assert "marun.runtime.joblink" not in res.stderr
-
-
 def test_job_ids_agree_within_a_job_and_differ_between_jobs(script: Path) -> None:
     """Every node of a job computes the same id; another job on the same network, with the
     same init_method and no MA_VJ_NAME, gets another when its hosts differ."""
