@@ -458,6 +458,45 @@ def test_the_hang_watchdog_stops_a_silent_idle_mpi_job(
     job.assert_nothing_left()
 
 
+# Every rank works on the CPU, silent, for three hang time-outs, then says it is done.
+BUSY_QUIET = """\
+import time
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+comm.Barrier()
+end = time.monotonic() + 20
+n = 0
+while time.monotonic() < end:
+    n += 1
+comm.Barrier()
+print(f"rank {comm.Get_rank()} done", flush=True)
+"""
+
+
+def test_the_hang_watchdog_leaves_a_busy_quiet_mpi_job_alone(
+    make_cluster: MakeCluster, mpi_python: Path, tmp_path: Path
+) -> None:
+    """Silent for three hang time-outs but working: not hung. In MPI mode the ranks are not
+    marun's children (mpirun's on node 0, orted's under sshd elsewhere): their stacks, not only
+    mpi-leader's and sshd's, are what the watchdog compares (with py-spy, marun[hang], in the
+    venv: without it a busy job is never judged hung anyway)."""
+    if not (mpi_python.parent / "py-spy").exists():
+        pytest.skip("py-spy is not installed in the mpi venv (scripts/frameworks.sh mpi)")
+    cluster = make_cluster(2)
+    job = MpiJob(
+        cluster,
+        volcano_ssh_secret(tmp_path / "ssh", 0o600),
+        mpi_python,
+        env={"MARUN_HANG_TIMEOUT": "6"},
+    )
+    job.start(_script(tmp_path, "busy_quiet.py", BUSY_QUIET), hosts=range(2))
+    codes = job.finish()
+    assert codes == {0: 0, 1: 0}, job.report()
+    assert job.nodes[0].output.count(" done") >= 2 * GPUS, job.report()
+    assert "job_quiet_but_busy" in job.nodes[0].output, job.report()
+    job.assert_nothing_left()
+
+
 def _python_for(uid: int, venv_python: Path) -> tuple[Path, dict[str, str]]:
     """An interpreter `uid` can run with mpi4py and marun importable. The framework venv's
     interpreter may be a link into root's private directory (pyenv under /root): then the

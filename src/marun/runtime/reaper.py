@@ -117,3 +117,20 @@ def direct_children() -> list[tuple[int, int]]:
         return []
     me = os.getpid()
     return [(pid, pgid) for pid, ppid, pgid in _proc_stats() if ppid == me]
+
+
+def descendants(root: int) -> list[int]:
+    """Every living process below `root` as /proc sees it, each before its children ([]
+    without a usable /proc)."""
+    if not _proc_is_ours():
+        return []
+    children: dict[int, list[int]] = {}
+    for pid, ppid, _ in _proc_stats():
+        children.setdefault(ppid, []).append(pid)
+    found: list[int] = []
+    todo = list(children.get(root, ()))
+    while todo:
+        pid = todo.pop(0)
+        found.append(pid)
+        todo.extend(children.get(pid, ()))
+    return found
