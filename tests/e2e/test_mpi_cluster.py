@@ -455,6 +455,13 @@ def test_the_hang_watchdog_stops_a_silent_idle_mpi_job(
     assert report["exit_code"] == 124, report
     assert why.search(report["first_failure"]["why"]), report
     assert "never" not in job.nodes[0].output
+    if (mpi_python.parent / "py-spy").exists():  # marun[hang]: the ranks' stacks
+        stacks = report["first_failure"]["stacks"]
+        # Node 0's ranks, below mpi-leader, each in its sleep. Node 1's (below its sshd, a
+        # daemon) are not sampled yet: the supervisor dumps no daemon and the coordinator
+        # judges no daemons-only node (named gap, CHANGELOG part 12).
+        assert "[below mpi-leader: pid" in stacks, stacks
+        assert stacks.count("(silent_idle.py:6)") == GPUS, stacks
     job.assert_nothing_left()
 
 
