@@ -206,8 +206,3 @@ def load_settings(
         if v is not None:
             values[name], sources[name] = _coerce(name, v, "--" + name.replace("_", "-")), "cli"
     return LoadedSettings(replace(Settings(), **values), path, sources)
-
-
-def default_run_dir(env: Mapping[str, str]) -> str:
-    base = env.get("TMPDIR") or "/tmp"
-    return os.path.join(base, f"marun-{os.getuid()}")

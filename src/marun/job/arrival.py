@@ -9,12 +9,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from marun.exit_codes import LOST_EXIT
 from marun.job.phases import JobPhase
 from marun.job.protocol import MAX_LINE
 from marun.job.wire import Conn, CoordinatorWire, MemberState
 from marun.plan.coordination import HEARTBEAT
-
-LOST_EXIT = 1  # a node that vanished, or never arrived
 
 
 class Arrival(CoordinatorWire):

@@ -32,7 +32,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from marun.job.arrival import LOST_EXIT
+from marun.exit_codes import HANG_EXIT, LOST_EXIT
 from marun.job.hang import HangJudge, describe_stacks
 from marun.job.limits import (
     HELLO_WAIT,
@@ -49,7 +49,6 @@ from marun.job.wire import TICK, Conn, MemberState
 from marun.plan.coordination import HEARTBEAT, Coordination
 from marun.runtime.rounds import RoundRule
 
-HANG_EXIT = 124  # the job's exit code when the hang watchdog stopped it (docs/supervision.md)
 _DUMP_WAIT = 15.0  # seconds the watchdog waits for every node's stacks
 _STALL = 3 * HEARTBEAT  # the loop runs every TICK: a gap this long means it was not running
 

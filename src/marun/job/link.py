@@ -14,17 +14,12 @@ from marun.plan.launch_plan import LaunchPlan
 from marun.runtime.rounds import RoundRule
 
 
-def _ssh_key(ssh_dir: str | None) -> str:
-    base = ssh_dir or os.path.join(os.path.expanduser("~"), ".ssh")
-    return os.path.join(base, "id_rsa")
-
-
 def open_link(plan: LaunchPlan, log: Any) -> Member:
     """Start the coordinator when this marun is the leader's first, then connect as a member."""
     coord = plan.coordination
     assert coord is not None
     node = plan.nodes[0]
-    secret = job_secret(os.environ, _ssh_key(coord.ssh_dir) if coord.auth == "ssh-key" else None)
+    secret = job_secret(os.environ, coord.ssh_key)  # the plan's path: Platform.ssh_key()
 
     def emit(event: str, level: str = "info", **fields: Any) -> None:
         with contextlib.suppress(OSError, ValueError):

@@ -14,7 +14,7 @@ import time
 import traceback
 from typing import Any
 
-from marun.job.arrival import LOST_EXIT
+from marun.exit_codes import LOST_EXIT
 from marun.job.coordinator import Coordinator
 from marun.job.cputime import descendants_cpu
 from marun.job.phases import MemberPhase

@@ -14,7 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from marun.job.arrival import LOST_EXIT, Arrival
+from marun.exit_codes import LOST_EXIT
+from marun.job.arrival import Arrival
 from marun.job.phases import JobPhase
 from marun.runtime.rounds import RoundRule, describe_cause, round_line, round_ports
 

@@ -29,7 +29,6 @@ A failure or signal arriving while the job is already stopping changes nothing.
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import os
 import selectors
@@ -41,6 +40,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from marun.errors import bad_value
+from marun.exit_codes import cannot_start_exit
 from marun.plan.launch_plan import LaunchPlan, NodePlan
 from marun.runtime.output import Console, OutputStream, Pump, Relay, new_tail, open_log, widen_pipe
 from marun.runtime.phase import LIVE, Phase
@@ -250,7 +250,7 @@ class Supervisor(SupervisorRounds):
         except OSError as exc:
             os.close(read_fd)
             rec.error = f"cannot start {spec.argv[0]!r}: {exc.strerror}"
-            code = 126 if exc.errno in (errno.EACCES, errno.ENOEXEC, errno.EISDIR) else 127
+            code = cannot_start_exit(exc.errno)
             rec.started = rec.started or now
             rec.ended = now
             rec.ending = Ending(code)
