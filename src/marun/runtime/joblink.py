@@ -4,6 +4,7 @@ with a coordination section; single-node jobs and the exec path load none of it)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional, Protocol
 
@@ -27,8 +28,13 @@ class JobLink(Protocol):
     def poll(self) -> list[JobEvent]: ...
 
     def activity(self) -> None:
-        """A rank wrote something. Called from the relay's pump threads (one per pipe), each
-        block they move: it must be cheap and safe from any thread."""
+        """A rank wrote something. Called from the relay's pump threads (one per pipe of a rank
+        the console shows), each block they move: it must be cheap and safe from any thread."""
+
+    def watch_output(self, grew: Callable[[], bool]) -> None:
+        """`grew()` says whether a log written by its process directly (not through the relay)
+        grew since the last call: activity as well. Asked from the link's own thread, about
+        once a second (marun.runtime.direct_log)."""
 
     def report_failure(self, failure: dict[str, Any]) -> None:
         """A failure on this node; `uptime` in it: seconds since its round's start."""

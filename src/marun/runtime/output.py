@@ -1,5 +1,6 @@
-"""Each process's output: to its log file as it comes, and to marun's stdout as whole lines
-prefixed `[<node>:<rank or name>] `.
+"""Each shown process's output: to its log file as it comes, and to marun's stdout as whole
+lines prefixed `[<node>:<rank or name>] `. (A process the console does not show has no pipe: it
+writes its log file itself, marun.runtime.direct_log.)
 
 Every pipe has its own pump thread (`Relay`), so reading, logging and showing use every core:
 the system calls (read, write, writev) run without the GIL, and no rank's log waits for another
@@ -170,14 +171,14 @@ class OutputStream:
         else:  # fewer lines than kept: the first one begun in earlier reads
             lines = (bytes(self._pending) + data[:end]).split(b"\n")
         for line in lines:
-            self._tail.append(line[:_TAIL_WIDTH].decode("utf-8", "replace").rstrip("\r"))
+            self._tail.append(tail_line(line))
 
     def _emit_line(self, line: bytes) -> None:
         """One line (the last one, or a piece of an over-long one) to the console and the tail."""
         if self._console is not None:
             self._console.write([self._prefix, line, b"\n"])
         if self._tail.maxlen != 0:
-            self._tail.append(line[:_TAIL_WIDTH].decode("utf-8", "replace").rstrip("\r"))
+            self._tail.append(tail_line(line))
 
 
 # -- the pumps --------------------------------------------------------------------------------
@@ -319,6 +320,11 @@ def widen_pipe(fd: int) -> None:
             return
         except OSError:
             continue  # above the system's limit: a smaller one, else the default 64 KiB
+
+
+def tail_line(line: bytes) -> str:
+    """One line as the failure summary keeps it: its first characters, decoded, no `\\r`."""
+    return line[:_TAIL_WIDTH].decode("utf-8", "replace").rstrip("\r")
 
 
 def new_tail() -> deque[str]:

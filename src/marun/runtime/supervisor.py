@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 from marun.errors import bad_value
 from marun.exit_codes import cannot_start_exit
 from marun.plan.launch_plan import LaunchPlan, NodePlan
+from marun.runtime.direct_log import DirectLogs
 from marun.runtime.output import Console, OutputStream, Pump, Relay, new_tail, open_log, widen_pipe
 from marun.runtime.phase import LIVE, Phase
 from marun.runtime.reaper import (
@@ -121,6 +122,10 @@ class Supervisor(SupervisorRounds):
         self._relay = Relay()
         self._pumps: dict[int, Pump] = {}  # record index -> the pump of its latest attempt
         self._log_errors: deque[tuple[str, str, OSError]] = deque()  # from the pumps
+        # The processes not shown on the console write their logs themselves (no pump).
+        self._direct = DirectLogs(self._log_fds, [rec.spec.log for rec in self._records])
+        if link is not None:
+            link.watch_output(self._direct.grew)  # the hang watchdog's activity: their growth
         self._daemons_only = all(rec.spec.daemon for rec in self._records)
         # The rest of the job (multi-node plans with a coordination section): nothing starts
         # before every node has arrived; a stop from node 0 ends this node like a failure here.
@@ -171,6 +176,7 @@ class Supervisor(SupervisorRounds):
             self._sel.close()
             if self._stacks is not None:
                 self._stacks.close()
+            self._direct.close()
             if drained:  # else a pump still holds them, and marun is about to exit
                 for fd in self._log_fds:
                     os.close(fd)
@@ -242,13 +248,17 @@ class Supervisor(SupervisorRounds):
     def _start(self, index: int) -> bool:
         rec = self._records[index]
         spec = rec.spec
-        read_fd, write_fd = os.pipe()
-        widen_pipe(read_fd)
+        shown = self._console_selection.shows(spec.name, spec.role, spec.rank)
+        # Not shown: its log is its stdout and stderr, marun not in between (direct_log.py).
+        read_fd, write_fd = os.pipe() if shown else (-1, self._direct.begin(index))
+        if shown:
+            widen_pipe(read_fd)
         now = time.time()
         try:
             popen = spawn(self._spec_of_round(spec), write_fd)
         except OSError as exc:
-            os.close(read_fd)
+            if shown:
+                os.close(read_fd)
             rec.error = f"cannot start {spec.argv[0]!r}: {exc.strerror}"
             code = cannot_start_exit(exc.errno)
             rec.started = rec.started or now
@@ -258,24 +268,27 @@ class Supervisor(SupervisorRounds):
             self._fail(rec)
             return False
         finally:
-            os.close(write_fd)
-        shown = self._console_selection.shows(spec.name, spec.role, spec.rank)
-        prefix = (
-            f"[{self._node.index}:{rec.label}] ".encode() if self._options.prefix_output else b""
-        )
-        stream = OutputStream(
-            self._log_fds[index],
-            self._console if shown else None,
-            prefix,
-            rec.tail,
-            on_log_error=functools.partial(self._on_log_error, spec.name, spec.log),
-        )
+            if shown:
+                os.close(write_fd)
         self._running[popen.pid] = (rec, popen)
         self._groups.add(popen.pid)
         if not spec.daemon:
             self._round_groups.add(popen.pid)
-        on_data = self._link.activity if self._link is not None else None
-        self._pumps[index] = self._relay.start(read_fd, stream, on_data)
+        if shown:
+            prefix = (
+                f"[{self._node.index}:{rec.label}] ".encode()
+                if self._options.prefix_output
+                else b""
+            )
+            stream = OutputStream(
+                self._log_fds[index],
+                self._console,
+                prefix,
+                rec.tail,
+                on_log_error=functools.partial(self._on_log_error, spec.name, spec.log),
+            )
+            on_data = self._link.activity if self._link is not None else None
+            self._pumps[index] = self._relay.start(read_fd, stream, on_data)
         rec.pids.append(popen.pid)
         rec.started = rec.started or now
         rec.ended = None
@@ -353,6 +366,10 @@ class Supervisor(SupervisorRounds):
         if self._phase not in LIVE or self.job.first_failure is not None:
             return
         assert rec.ending is not None
+        lines = self._direct.read_tail(self._records.index(rec))  # None: its pump keeps them
+        if lines is not None:
+            rec.tail.clear()
+            rec.tail.extend(lines)
         self.job.first_failure = rec
         self.job.outcome = "failed"
         self.job.exit_code = rec.ending.code
