@@ -16,6 +16,8 @@ Each rank writes its start time first thing (before `import torch`) and the time
 all-reduce returned; the crashing rank writes the crash time just before `os._exit`. Per crash:
 - "all running": crash -> the last rank of the next round started;
 - "first all-reduce": crash -> the first all-reduce after it returned on every rank;
+- restart count agreed: every rank of the next round got the same restart count
+  (TORCHELASTIC_RESTART_COUNT, MARUN_RESTART_COUNT);
 - recovered: every rank of the next round passed that all-reduce within `--timeout` seconds
   (default 30). A job that hangs past it, or ends, is killed (every process it started, found by
   a tag in their environment) and counted as not recovering that crash; a fresh job then goes on
@@ -121,6 +123,7 @@ class Event:
     round: int
     rank: int
     process: str  # the record file: one per process
+    counter: str | None  # the launcher's restart count the rank got (starts only)
 
 
 @dataclass
@@ -131,6 +134,7 @@ class Crash:
     rank: int
     running: float | None = None  # crash -> every rank of the next round started
     first: float | None = None  # crash -> first all-reduce after it returned on every rank
+    counters: tuple[str | None, ...] = ()  # the restart counts the next round's ranks got
     why: str = ""
 
 
@@ -181,7 +185,8 @@ class Run:
                 with contextlib.suppress(ValueError, KeyError, TypeError):
                     data = json.loads(line)
                     found.append(Event(str(data["event"]), float(data["t"]), int(data["round"]),
-                                       int(data["rank"]), path.name))  # fmt: skip
+                                       int(data["rank"]), path.name,
+                                       data.get("restart_env")))  # fmt: skip
         return found
 
     def round_up(self, job: str, k: int) -> bool:
@@ -358,10 +363,9 @@ class Run:
                 crash.why = f"{len(firsts)} of {WORLD} ranks passed the first all-reduce"
                 continue
             # Each rank's process that passed it (an earlier one may have been stopped): its start.
-            starts = [
-                e.t for e in nxt if e.event == "start" and e.process == firsts[e.rank].process
-            ]
-            crash.running = max(starts) - crash.t
+            starts = [e for e in nxt if e.event == "start" and e.process == firsts[e.rank].process]
+            crash.counters = tuple(sorted({str(e.counter) for e in starts}))
+            crash.running = max(e.t for e in starts) - crash.t
             crash.first = max(e.t for e in firsts.values()) - crash.t
 
 
@@ -416,7 +420,8 @@ def run_launchers(launchers: Sequence[str], crashes: int, seed: int, timeout: fl
 
 
 def table(outcomes: Sequence[Outcome]) -> list[str]:
-    header = ("launcher", "recovered", "all running p50", "p95", "first all-reduce p50", "p95")
+    header = ("launcher", "recovered", "all running p50", "p95", "first all-reduce p50", "p95",
+              "restart count agreed")  # fmt: skip
     lines = [header]
     for o in outcomes:
         rec = o.recovered
@@ -426,7 +431,8 @@ def table(outcomes: Sequence[Outcome]) -> list[str]:
                       seconds(pct(running, 50) if running else None),
                       seconds(pct(running, 95) if running else None),
                       seconds(pct(first, 50) if first else None),
-                      seconds(pct(first, 95) if first else None)))  # fmt: skip
+                      seconds(pct(first, 95) if first else None),
+                      f"{sum(len(c.counters) == 1 for c in rec)}/{len(rec)}"))  # fmt: skip
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
 
