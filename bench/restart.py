@@ -444,25 +444,29 @@ def table(outcomes: Sequence[Outcome]) -> list[str]:
 
 
 def ratio_rows(outcomes: Sequence[Outcome]) -> list[Row]:
+    """marun's figures against each torchrun variant of the run (or alone when none ran)."""
     by = {o.launcher: o for o in outcomes}
     marun = by.get("marun")
     rows: list[Row] = []
     if marun is None or not marun.recovered:
         return rows
-    for name in ("torchrun", "torchrun-noshare"):
-        other = by.get(name)
-        for figure in ("running", "first"):
-            label = "all running" if figure == "running" else "first all-reduce"
-            for q in (50, 95):
-                mine = pct([getattr(c, figure) for c in marun.recovered], q)
-                if other is None or not other.recovered:
-                    base, ratio = "(none recovered)" if other else "-", "-"
-                else:
+    others: list[Outcome | None] = [o for o in outcomes if o.launcher != "marun"] or [None]
+    for figure in ("running", "first"):
+        label = "all running" if figure == "running" else "first all-reduce"
+        for q in (50, 95):
+            mine = pct([getattr(c, figure) for c in marun.recovered], q)
+            for other in others:
+                base, ratio = "-", "-"
+                if other is not None and not other.recovered:
+                    base = f"none recovered ({other.launcher})"
+                elif other is not None:
                     theirs = pct([getattr(c, figure) for c in other.recovered], q)
-                    base, ratio = f"{theirs:.2f} s ({name})", f"{mine / theirs:.2f}"
+                    base, ratio = f"{theirs:.2f} s ({other.launcher})", f"{mine / theirs:.2f}"
                 goal, met = "-", None
                 if figure == "running" and q == 95:
                     goal, met = "<= 1.5 s", mine <= 1.5
+                elif figure == "first" and other is not None and other.recovered:
+                    goal, met = "< torchrun", ratio != "-" and float(ratio) < 1
                 rows.append(Row("restart", f"{label} p{q}", f"{mine:.2f} s", base, ratio,
                                 goal, met))  # fmt: skip
     total = len(marun.crashes) or 1
