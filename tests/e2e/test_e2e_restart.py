@@ -72,7 +72,7 @@ def assert_one_round_after_rank_3(nodes: list[Node], world: str, logs: dict[int,
     assert [r["round"] for r in rounds] == [1], report
     cause = rounds[0]["cause"]
     assert (cause["node"], cause["rank"], cause["exit_code"]) == (1, CRASH_RANK, 1), rounds
-    assert cause["signal"] is None, rounds
+    assert cause.get("signal") is None, rounds
     detected, stopped, running = (rounds[0][k] for k in ("detected_at", "stopped_at", "running_at"))
     assert detected <= stopped <= running, rounds
 
