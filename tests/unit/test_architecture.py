@@ -29,7 +29,19 @@ ALLOWED: dict[str, set[str]] = {
     "launch": {"inputs", "plan", "runtime", "mpi", "job"},
     "sim": {"inputs", "plan", "runtime", "mpi", "job", "launch", "run_argv"},
     "doctor": {"inputs", "plan", "runtime", "mpi", "job", "launch"},
-    "cli": {"inputs", "plan", "runtime", "mpi", "job", "sim", "doctor", "run_argv", "launch"},
+    "cli": {
+        "inputs",
+        "plan",
+        "runtime",
+        "mpi",
+        "job",
+        "sim",
+        "doctor",
+        "run_argv",
+        "launch",
+        "cli_options",
+    },
+    "cli_options": set(),  # the options `plan` and `run` share (typer annotations only)
     # `marun run`'s start path: a hand parser (run_argv) and launch, typer only when unsure
     "run_argv": set(),
     "entry": {"run_argv", "launch", "cli"},

@@ -69,7 +69,13 @@ class Settings:
     log_dir: str | None = None  # default: $MA_LOG_DIR/marun if set, else ./marun_logs
     run_dir: str | None = None  # default: $TMPDIR/marun-<uid>
     grace_period: float = 30.0
-    max_restarts: int = 3
+    # restart rounds (docs/supervision.md, "Restart rounds"): the job's budget of rounds in which
+    # every node stops its ranks and starts them again; 0: the first failure ends the job
+    max_restarts: int = 0
+    fatal_exit_codes: tuple[str, ...] = ()  # exit codes that end the job without a round
+    quick_failure: float = 30.0  # a failure this soon after its round's start, twice: the end
+    # MindSpore process-level recovery (MS_ENABLE_RECOVERY=1): restarts per process
+    recovery_restarts: int = 3
     recovery_wait: float = 30.0
     console_ranks: tuple[str, ...] = ()  # ranks/names shown on marun's stdout; empty: all
 
@@ -82,6 +88,7 @@ INT_RANGES: Mapping[str, tuple[int, int]] = {
     "ms_topo_timeout": (1, 31_536_000),
     "sshd_port": (1, PORT_MAX),
     "max_restarts": (0, 1_000_000),
+    "recovery_restarts": (0, 1_000_000),
     "ms_server_num": (0, 1024),
     "ms_cert_expire_warning_days": (0, 36_500),
     "job_port": (0, PORT_MAX),  # 0: no coordination

@@ -226,6 +226,11 @@ def mpirun_argv(
     # Several hosts: NCCL takes an interface name, not a network, and node 0's name need not be
     # the others' (eth0 here, ib0 there): each rank's NCCL picks its own node's interface.
     ours += [("x:" + name, ("-x", name)) for name in forward]
+    if platform.settings.max_restarts:
+        # Restart rounds: the ranks on every node learn mpirun's round (set anew each round).
+        from marun.plan.launch_plan import BUDGET_VAR, ROUND_VAR
+
+        ours += [("x:" + n, ("-x", n)) for n in (ROUND_VAR, BUDGET_VAR) if n not in forward]
     ours += [
         ("x:" + name, ("-x", f"{name}={value}"))
         for name, value in RANK_DEFAULTS

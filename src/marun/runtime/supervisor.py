@@ -59,12 +59,12 @@ from marun.runtime.signals import (
     signal_name,
 )
 from marun.runtime.spawn import spawn
+from marun.runtime.supervisor_rounds import SupervisorRounds
 from marun.runtime.supervisor_stop import (
     DRAIN_WAIT,
     OTHERS_MARGIN,
     TAIL_WAIT,
     TICK,
-    SupervisorStop,
 )
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ if TYPE_CHECKING:
     from marun.runtime.joblink import JobEvent, JobLink
 
 
-class Supervisor(SupervisorStop):
+class Supervisor(SupervisorRounds):
     """Runs `node` (one of `plan`'s nodes) under `plan.supervision` to the end: `run()` returns
     marun's exit code. `console` is marun's stdout unless given."""
 
@@ -133,6 +133,7 @@ class Supervisor(SupervisorStop):
         self._tail_on: int | None = None
         if shared_console and coord is not None and (coord.index, coord.slot) != (coord.leader, 0):
             self._tail_on = coord.leader
+        self._init_rounds()
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -176,19 +177,21 @@ class Supervisor(SupervisorStop):
         return self._finish()
 
     def _start_all(self) -> None:
-        if self._phase is Phase.ARRIVING:
-            self._phase = Phase.RUNNING
         self.job.started = time.time()
-        for index in range(len(self._records)):
-            if not self._start(index):
-                break
+        self._start_round(0, {})
         self._log_early_events()
 
     def _on_job(self, events: list[JobEvent]) -> None:
         for event in events:
             if event.kind == "start" and self._phase is Phase.ARRIVING:
-                self._emit("job_started")
-                self._start_all()
+                if event.code == 0 and not self.job.rounds:
+                    self._emit("job_started")
+                    self._start_all()
+                else:  # a restart round's (marun.runtime.supervisor_rounds)
+                    self._start_round(event.code, dict((event.failure or {}).get("ports", {})))
+                    self._log_early_events()
+            elif event.kind == "restart":
+                self._on_restart(event.code, event.failure)
             elif event.kind == "dump" and self._phase is Phase.RUNNING:
                 # code 1: the watchdog's sample (to compare with another): not written to logs
                 self._request_stacks(sample=event.code == 1)
@@ -228,7 +231,7 @@ class Supervisor(SupervisorStop):
     def _timeout(self) -> float:
         now = time.monotonic()
         due = [t - now for t in self._pending.values()]
-        if self._phase in (Phase.STOPPING, Phase.KILLING):
+        if self._phase in (Phase.STOPPING, Phase.KILLING, Phase.RESTARTING):
             due.append(self._deadline - now)
         elif self._others_due is not None:
             due.append(self._others_due - now)
@@ -243,7 +246,7 @@ class Supervisor(SupervisorStop):
         widen_pipe(read_fd)
         now = time.time()
         try:
-            popen = spawn(spec, write_fd)
+            popen = spawn(self._spec_of_round(spec), write_fd)
         except OSError as exc:
             os.close(read_fd)
             rec.error = f"cannot start {spec.argv[0]!r}: {exc.strerror}"
@@ -269,6 +272,8 @@ class Supervisor(SupervisorStop):
         )
         self._running[popen.pid] = (rec, popen)
         self._groups.add(popen.pid)
+        if not spec.daemon:
+            self._round_groups.add(popen.pid)
         on_data = self._link.activity if self._link is not None else None
         self._pumps[index] = self._relay.start(read_fd, stream, on_data)
         rec.pids.append(popen.pid)
@@ -329,7 +334,7 @@ class Supervisor(SupervisorStop):
             self._children_left = False
 
     def _on_failure(self, rec: ProcessRecord) -> None:
-        if rec.spec.restart_on_failure and rec.restarts < self._options.max_restarts:
+        if rec.spec.restart_on_failure and rec.restarts < self._options.recovery_restarts:
             index = self._records.index(rec)
             self._pending[index] = time.monotonic() + self._options.recovery_wait
             self._emit(
@@ -338,7 +343,7 @@ class Supervisor(SupervisorStop):
                 process=rec.spec.name,
                 rank=rec.spec.rank,
                 restart=rec.restarts + 1,
-                max_restarts=self._options.max_restarts,
+                recovery_restarts=self._options.recovery_restarts,
                 in_seconds=self._options.recovery_wait,
             )
             return
@@ -358,7 +363,9 @@ class Supervisor(SupervisorStop):
             rank=rec.spec.rank,
             status=describe(rec.ending),
         )
-        if self._options.fail_fast:
+        if self._failure_to_round(rec):
+            pass  # a restart round (marun.runtime.supervisor_rounds), or node 0's stop
+        elif self._options.fail_fast:
             self._begin_stop("failure", signal.SIGTERM)
         else:
             self._others_due = time.monotonic() + self._options.grace_period + OTHERS_MARGIN
@@ -376,6 +383,8 @@ class Supervisor(SupervisorStop):
                     "signal": None if rec.ending.signal is None else signal_name(rec.ending.signal),
                     "log": rec.spec.log,
                     "tail": list(rec.tail)[-20:],
+                    "round": self._round,
+                    "uptime": round(self.round_uptime(), 3),
                 }
             )
 
@@ -390,7 +399,7 @@ class Supervisor(SupervisorStop):
                     process=rec.spec.name,
                     rank=rec.spec.rank,
                     restart=rec.restarts + 1,
-                    max_restarts=self._options.max_restarts,
+                    recovery_restarts=self._options.recovery_restarts,
                 )
                 rec.tail.clear()
                 self._start(index)
