@@ -5,7 +5,10 @@ the platform's inputs), 2 ranks each, one gloo all-reduce per step (CPU, torch v
 `scripts/frameworks.sh torch`). N crashes are injected (`--crashes`, 20 by default): in round k a
 rank drawn at random (seeded, the same schedule for every launcher) calls `os._exit(1)` at a
 random step; after the last crash the job runs a few steps more and ends 0. The launchers get a
-budget of restarts equal to the crashes left (`--max-restarts`):
+budget of restarts of the crashes of their job + 2 (`--max-restarts`: a restart that fails on
+its own may be tried again, within the time-out). The launchers take turns,
+`--chunk` crashes (one job) at a time, so that a change in the machine's load during the run
+falls on each alike:
 
 - torchrun, c10d rendezvous, its defaults;
 - torchrun, the same with `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` (each round's workers get a
@@ -29,7 +32,7 @@ minutes per launcher, more for a launcher that times out. Not in run_all.py (min
 torch venv). marun's guard against restart loops is lowered for the bench
 (`MARUN_QUICK_FAILURE=1`): every injected crash comes within seconds of its round's start.
 
-    python bench/restart.py [--crashes 20] [--launchers torchrun,torchrun-noshare,marun]
+    python bench/restart.py [--crashes 20] [--chunk 5] [--launchers torchrun,torchrun-noshare,marun]
 """
 
 from __future__ import annotations
@@ -58,10 +61,14 @@ NODES, PER_NODE = 3, 2
 WORLD = NODES * PER_NODE
 TAG_VAR = "MARUN_BENCH_RESTART_TAG"  # not a marun setting: marks every process of a run
 LAUNCHERS = ("torchrun", "torchrun-noshare", "marun")
+# Restarts a job gets beyond its crashes: a launcher whose restart fails on its own (torchrun's
+# "address already in use" of a fresh store port) may try again, within --timeout.
+SLACK = 2
 
 # One rank. Round = how many crashes happened before it started (crash files in DIR/crashes),
 # so the schedule does not depend on a launcher's restart counter (torchrun's can differ between
-# nodes). Records: DIR/events/<job>.<rank>.<pid>, one JSON line per event.
+# nodes). A job crashes ranks up to crash BENCH_LIMIT (its chunk's end); its round BENCH_LIMIT
+# runs a few steps and ends 0. Records: DIR/events/<job>.<rank>.<pid>, one JSON line per event.
 RANK = r"""
 import json, os, sys, time
 t_start = time.time()
@@ -83,7 +90,7 @@ import torch
 import torch.distributed as dist
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=float(schedule["timeout"])))
 t = torch.ones(1)
-crash = schedule["crashes"][k] if k < len(schedule["crashes"]) else None
+crash = schedule["crashes"][k] if k < int(os.environ["BENCH_LIMIT"]) else None
 step = 0
 while True:
     dist.all_reduce(t)
@@ -170,6 +177,9 @@ class Run:
         (root / "rank.py").write_text(RANK)
         self.tag = uuid.uuid4().hex
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.outcome = Outcome(launcher)
+        self.stopped = False  # gave up (--give-up crashes in a row not recovered)
+        self.limit = 0  # the crash at which the current chunk ends
 
     # -- records ---------------------------------------------------------------------------
     def crash_count(self) -> int:
@@ -198,7 +208,8 @@ class Run:
 
     # -- jobs ------------------------------------------------------------------------------
     def env(self, job: str, extra: dict[str, str]) -> dict[str, str]:
-        env = bench_env({TAG_VAR: self.tag, "BENCH_JOB": job, "PYTHONUNBUFFERED": "1", **extra})
+        env = bench_env({TAG_VAR: self.tag, "BENCH_JOB": job, "BENCH_LIMIT": str(self.limit),
+                         "PYTHONUNBUFFERED": "1", **extra})  # fmt: skip
         for name in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
             env.pop(name, None)
         env["PATH"] = f"{self.torch_py.parent}{os.pathsep}{env.get('PATH', os.defpath)}"
@@ -282,12 +293,16 @@ class Run:
                 proc.wait(timeout=10)
 
     # -- the whole schedule ----------------------------------------------------------------
-    def go(self) -> Outcome:
-        outcome = Outcome(self.launcher)
+    def go(self, until: int) -> None:
+        """Inject crashes up to crash `until` (a chunk: one job, or fresh jobs after failures)."""
+        outcome = self.outcome
         began = time.monotonic()
-        while self.crash_count() < self.crash_total:
-            if outcome.jobs > self.crash_total + 1:
+        self.limit = until
+        jobs = 0
+        while self.crash_count() < until and not self.stopped:
+            if jobs > until - self.crash_count() + 1:
                 outcome.notes.append("gave up: more jobs than crashes")
+                self.stopped = True
                 break
             last = outcome.crashes[-self.give_up :]
             if self.give_up and len(last) == self.give_up and all(c.why for c in last):
@@ -295,16 +310,16 @@ class Run:
                     f"stopped after {self.give_up} crashes in a row not recovered "
                     f"({self.crash_total - len(outcome.crashes)} not injected)"
                 )
+                self.stopped = True
                 break
             job = f"j{outcome.jobs}"
             outcome.jobs += 1
+            jobs += 1
             first_round = self.crash_count()
-            self.start_job(job, self.crash_total - first_round)
+            self.start_job(job, until - first_round + SLACK)
             self.watch(job, first_round, outcome)
             self.kill_job()
-        outcome.seconds = time.monotonic() - began
-        self.measure(outcome)
-        return outcome
+        outcome.seconds += time.monotonic() - began
 
     def watch(self, job: str, first_round: int, outcome: Outcome) -> None:
         """Until the job ends (the last round's end, or a failure), or a crash is not
@@ -337,13 +352,13 @@ class Run:
                 if pending is not None and not self.round_up(job, pending + 1):
                     codes = [p.returncode for p in self.procs]
                     outcome.crashes[-1].why = f"the job ended, exit codes {codes}"
-                elif seen < self.crash_total:
+                elif seen < self.limit:
                     outcome.notes.append(f"{job}: ended with no crash to recover from")
                 elif any(p.returncode for p in self.procs):
                     codes = [p.returncode for p in self.procs]
                     outcome.notes.append(f"{job}: the last round ended with exit codes {codes}")
                 return
-            if seen >= self.crash_total and pending is None:
+            if seen >= self.limit and pending is None:
                 # The last round runs its final steps and ends 0; bounded too.
                 deadline = time.monotonic() + self.timeout
                 while not self.ended() and time.monotonic() < deadline:
@@ -355,8 +370,9 @@ class Run:
                     outcome.notes.append(f"{job}: the last round ended with exit codes {codes}")
                 return
 
-    def measure(self, outcome: Outcome) -> None:
+    def measure(self) -> Outcome:
         """Figures from the records: for each recovered crash, round k+1 of the same job."""
+        outcome = self.outcome
         for crash in outcome.crashes:
             if crash.why:
                 continue
@@ -373,6 +389,7 @@ class Run:
             crash.counters = tuple(sorted({str(e.counter) for e in starts}))
             crash.running = max(e.t for e in starts) - crash.t
             crash.first = max(e.t for e in firsts.values()) - crash.t
+        return outcome
 
 
 def pct(values: Sequence[float], q: float) -> float:
@@ -396,32 +413,39 @@ def schedule_for(crashes: int, seed: int, timeout: float) -> dict[str, object]:
     }
 
 
-def run_launchers(launchers: Sequence[str], crashes: int, seed: int, timeout: float,
+def run_launchers(launchers: Sequence[str], crashes: int, chunk: int, seed: int, timeout: float,
                   give_up: int, keep: Path | None,
                   say: Callable[[str], None]) -> list[Outcome]:  # fmt: skip
+    """Every launcher in turn, `chunk` crashes at a time (a fresh job each), so that the load
+    of a shared machine changing during the run falls on every launcher alike."""
     venvs = Path(os.environ.get("MARUN_VENVS", REPO / ".cache" / "venvs"))
     torch_py = venvs / "torch" / "bin" / "python"
     if not torch_py.exists():
         raise SystemExit(f"no torch venv at {torch_py}: run scripts/frameworks.sh torch")
     schedule = schedule_for(crashes, seed, timeout)
-    outcomes = []
     with tempfile.TemporaryDirectory(prefix="marun-restart-bench-") as tmp:
         base = keep or Path(tmp)
-        for launcher in launchers:
-            say(f"{launcher}: {crashes} crashes ...")
-            run = Run(launcher, base / launcher, schedule, torch_py, timeout, give_up)
-            try:
-                outcome = run.go()
-            finally:
-                run.kill_job()
-            outcomes.append(outcome)
-            say(f"{launcher}: {len(outcome.recovered)}/{len(outcome.crashes)} recovered, "
-                f"{outcome.jobs} job(s), {outcome.seconds:.0f}s")  # fmt: skip
-            for crash in outcome.crashes:
-                if crash.why:
-                    say(f"  crash {crash.index} (rank {crash.rank}): {crash.why}")
-            for note in outcome.notes:
-                say(f"  {note}")
+        runs = [Run(name, base / name, schedule, torch_py, timeout, give_up) for name in launchers]
+        ends = [min(end, crashes) for end in range(chunk, crashes + chunk, chunk)]
+        for n, until in enumerate(ends):
+            order = runs[n % len(runs) :] + runs[: n % len(runs)]  # who goes first rotates
+            for run in order:
+                if run.stopped:
+                    continue
+                say(f"{run.launcher}: crashes {run.crash_count()}..{until - 1} ({load_note()})")
+                try:
+                    run.go(until)
+                finally:
+                    run.kill_job()
+        outcomes = [run.measure() for run in runs]
+    for outcome in outcomes:
+        say(f"{outcome.launcher}: {len(outcome.recovered)}/{len(outcome.crashes)} recovered, "
+            f"{outcome.jobs} job(s), {outcome.seconds:.0f}s")  # fmt: skip
+        for crash in outcome.crashes:
+            if crash.why:
+                say(f"  crash {crash.index} (rank {crash.rank}): {crash.why}")
+        for note in outcome.notes:
+            say(f"  {note}")
     return outcomes
 
 
@@ -481,6 +505,8 @@ def main() -> None:
     parser.add_argument("--crashes", type=int, default=20, help="crashes injected per launcher")
     parser.add_argument("--launchers", default=",".join(LAUNCHERS),
                         help="comma list of " + ", ".join(LAUNCHERS))  # fmt: skip
+    parser.add_argument("--chunk", type=int, default=5,
+                        help="crashes per job; launchers take turns chunk by chunk")  # fmt: skip
     parser.add_argument("--seed", type=int, default=1, help="the crash schedule's seed")
     parser.add_argument(
         "--timeout",
@@ -500,8 +526,9 @@ def main() -> None:
         parser.error(f"launchers: {', '.join(LAUNCHERS)}; crashes >= 1")
     print(f"restart bench: {NODES} nodes x {PER_NODE} ranks on loopback, gloo, "
           f"{args.crashes} crashes (seed {args.seed}), {load_note()}", flush=True)  # fmt: skip
-    outcomes = run_launchers(launchers, args.crashes, args.seed, args.timeout, args.give_up,
-                             args.keep, lambda line: print(line, flush=True))  # fmt: skip
+    outcomes = run_launchers(launchers, args.crashes, max(1, args.chunk), args.seed,
+                             args.timeout, args.give_up, args.keep,
+                             lambda line: print(line, flush=True))  # fmt: skip
     print()
     for line in table(outcomes):
         print(line)
