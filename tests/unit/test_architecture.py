@@ -195,6 +195,7 @@ OWNERS: dict[str, tuple[str, str]] = {
     "the run directory ($TMPDIR/marun-<uid>)": ("Platform.run_dir", "inputs/injected.py"),
     "the user's passwd entry (login name, home)": ("Platform.passwd", "inputs/injected.py"),
     "the TCP port bound (65535)": ("PORT_MIN, PORT_MAX", "inputs/numbers.py"),
+    "the longest wait (a year: 31,536,000 s)": ("MAX_SECONDS", "inputs/numbers.py"),
     "the job token's variable (MARUN_JOB_TOKEN)": ("TOKEN_VAR", "plan/coordination.py"),
     "an exit code by number (124, 126, 127, 128+N)": ("*_EXIT", "exit_codes.py"),
 }
@@ -228,6 +229,8 @@ def _derivations(tree: ast.AST) -> list[tuple[int, str]]:
                 found.append((line, "the ssh directory (~/.ssh)"))
             elif value == "MARUN_JOB_TOKEN":
                 found.append((line, "the job token's variable (MARUN_JOB_TOKEN)"))
+            elif value in (31_536_000, 31_536_000.0) and type(value) is not bool:
+                found.append((line, "the longest wait (a year: 31,536,000 s)"))
             elif (isinstance(value, str) and "65535" in value) or value == 65535:
                 found.append((line, "the TCP port bound (65535)"))
             elif type(value) is int and (
@@ -273,6 +276,7 @@ run = f"/tmp/marun-{os.getuid()}"
 ok = 1 <= port <= 65535
 token = env.get("MARUN_JOB_TOKEN")
 code = 128 + signum
+longest = 31_536_000
 """
     facts = {fact for _, fact in _derivations(ast.parse(source))}
     assert facts == set(OWNERS), set(OWNERS) - facts

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from marun.errors import InputError, bad_value
-from marun.inputs.numbers import MAX_PROCS_PER_NODE, PORT_MAX, parse_int, parse_seconds
+from marun.inputs.numbers import MAX_PROCS_PER_NODE, MAX_SECONDS, PORT_MAX, parse_int, parse_seconds
 from marun.inputs.textfile import parse_guarded, read_input_text
 
 # The ECDHE AES-GCM suites of MindSpore's documented example: MindSpore 2.10 refuses its DHE-RSA
@@ -85,7 +85,7 @@ FIELDS: Mapping[str, Any] = {f.name: f for f in fields(Settings)}
 INT_RANGES: Mapping[str, tuple[int, int]] = {
     "nproc_per_node": (1, MAX_PROCS_PER_NODE),
     "ms_sched_port": (1024, PORT_MAX),  # MindSpore's range for MS_SCHED_PORT
-    "ms_topo_timeout": (1, 31_536_000),
+    "ms_topo_timeout": (1, int(MAX_SECONDS)),  # seconds, as every time-out: up to a year
     "sshd_port": (1, PORT_MAX),
     "max_restarts": (0, 1_000_000),
     "recovery_restarts": (0, 1_000_000),

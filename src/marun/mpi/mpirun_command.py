@@ -79,8 +79,8 @@ def extra_overrides(extra: Sequence[str]) -> frozenset[str]:
         if option in _OWNED:
             raise _bad_extra(
                 extra,
-                f"no {option}: marun sets -np (MA_NUM_HOSTS x slots) and --hostfile (the job's "
-                "hosts)",
+                f"no {option}: marun sets -np (MA_NUM_HOSTS x ranks per host) and --hostfile "
+                "(the job's hosts)",
             )
         if word in _MCA:
             if i + 2 >= len(extra):

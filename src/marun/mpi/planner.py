@@ -50,10 +50,10 @@ names in marun.mpi.run_dir). Choices a reviewer should know:
   are refused unless they need no quoting: Open MPI splits that string at spaces and would pass
   quotes on to ssh.
 - run_mpi.sh's own variables are honoured as the settings they stand for: `MY_SSHD_PORT` is
-  `sshd_port`, `MY_MPI_SLOTS` the slots per host (`nproc_per_node`), `MY_MPI_BTL_TCP_IF` the
-  `nic` (a comma-separated list, as given, for btl/oob_tcp_if_include). Given together with a
-  different marun setting they are bad input naming both; empty, they are unset (run_mpi.sh
-  skips empty variables, and marun forwards none with `-x NAME` either).
+  `sshd_port`, `MY_MPI_SLOTS` the ranks per host (Open MPI's slots; `nproc_per_node`),
+  `MY_MPI_BTL_TCP_IF` the `nic` (a comma-separated list, as given, for btl/oob_tcp_if_include).
+  Given together with a different marun setting they are bad input naming both; empty, they are
+  unset (run_mpi.sh skips empty variables, and marun forwards none with `-x NAME` either).
 - Options given in `mpirun_extra_args` replace marun's own (an `--mca NAME`, `-x NAME`,
   `--bind-to`, `--map-by` there drops marun's): Open MPI refuses an MCA parameter given twice,
   and a site must be able to override a default (sagemaker-training-toolkit #70). `-np` and the
