@@ -24,7 +24,7 @@ specs() {
         torch) echo "torch==2.13.0 numpy py-spy" ;;  # py-spy: the hang watchdog's stacks (marun[hang])
         mindspore) echo "mindspore==2.10.0 numpy<2" ;;
         tensorflow) echo "tensorflow-cpu==2.21.0" ;;
-        mpi) echo "mpi4py==4.1.2" ;;
+        mpi) echo "mpi4py==4.1.2 py-spy" ;;  # py-spy: the hang watchdog judges the ranks below mpirun
         *) return 1 ;;
     esac
 }

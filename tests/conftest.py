@@ -16,6 +16,7 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from subprocess import CompletedProcess
+from typing import Any
 
 import pytest
 
@@ -35,11 +36,37 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 # `marun plan` starts nothing and reads only its environment, working directory and arguments:
-# tests/unit runs it in this process (the same entry point, `marun.entry.main`), so that a unit
-# test starts no process; tests/cli keeps driving the real command. MARUN_TEST_SUBPROCESS=1
-# runs it as `python -m marun` in tests/unit too.
-_IN_PROCESS = ("plan",)
+# tests/unit runs it (and every other command: `--help`, usage errors) in this process (the same
+# entry point, `marun.entry.main`), so that a unit test starts no process; tests/cli keeps
+# driving the real command. So does `marun run` up to
+# the point where it would start the plan (`runtime.execute.execute`): a unit test of `run`
+# is one of input it refuses, and a run that gets that far fails the test (WouldStart) instead
+# of replacing the test's process. MARUN_TEST_SUBPROCESS=1 runs them as `python -m marun` in
+# tests/unit too.
 _SUBPROCESS = os.environ.get("MARUN_TEST_SUBPROCESS") == "1"
+# What changes how an interpreter starts needs one of its own; PYTHONPATH is only passed on
+# (MPI's sshd sessions get it), the in-process marun is already the checkout's.
+_INTERPRETER_ONLY = "PYTHONPATH"
+WOULD_START = 99  # the code an in-process `marun run` "ends" with when it would start the plan
+
+
+class WouldStart(BaseException):
+    """An in-process `marun run` reached `execute`: it would start (or exec) the plan here."""
+
+
+def _would_start(plan: Any, open_link: Any = None) -> int:
+    """`execute` in a unit test: a plan that starts nothing (another device's start on Ascend)
+    is carried out for real (it writes files, starts nothing); any other raises WouldStart."""
+    if all(not node.processes for node in plan.nodes):
+        return int(_REAL_EXECUTE[0](plan, open_link))
+    raise WouldStart(plan)
+
+
+_REAL_EXECUTE: list[Any] = []
+
+
+def _exit_here(code: int) -> None:
+    sys.exit(code)
 
 
 def _in_process(args: Sequence[str], env: Mapping[str, str], cwd: str | None) -> CompletedProcess:
@@ -50,18 +77,30 @@ def _in_process(args: Sequence[str], env: Mapping[str, str], cwd: str | None) ->
 
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
     out, err = io.StringIO(), io.StringIO()
+    import marun.runtime.execute as runtime_execute
+    from marun import entry
+
+    saved_execute, saved_exit = runtime_execute.execute, entry._exit_at_once
+    _REAL_EXECUTE[:] = [saved_execute]
     code = 0
     try:
         os.environ.clear()
         os.environ.update(env)
         if cwd is not None:
             os.chdir(cwd)
+        runtime_execute.execute = _would_start
+        entry._exit_at_once = _exit_here  # it ends the process with os._exit: the test's
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 main(list(args))
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            except WouldStart:
+                code = WOULD_START
+                err.write("(test) marun run would start the plan here\n")
     finally:
+        runtime_execute.execute = saved_execute
+        entry._exit_at_once = saved_exit
         os.environ.clear()
         os.environ.update(saved_env)
         os.chdir(saved_cwd)
@@ -70,19 +109,32 @@ def _in_process(args: Sequence[str], env: Mapping[str, str], cwd: str | None) ->
     )
 
 
+def _called_from(part: str) -> bool:
+    """Whether the nearest test module on the stack (a tests/<part>/ file, past shared helpers
+    such as tests/mpi_plans.py) is under `part`."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if any(p in name for p in ("/tests/unit/", "/tests/cli/", "/tests/e2e/")):
+            return part in name
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
 def run_marun(
     args: Sequence[str],
     env: Mapping[str, str] | None = None,
     cwd: str | Path | None = None,
     timeout: float = 60,
 ) -> subprocess.CompletedProcess[str]:
-    """Run `marun ARGS` (the real CLI) and capture its output: `marun plan` in this process,
-    anything else as `python -m marun` in a process of its own."""
+    """Run `marun ARGS` (the real CLI) and capture its output: from tests/unit in this process
+    (`marun run` up to the start: WOULD_START), from anywhere else as `python -m marun` in a
+    process of its own."""
     full = clean_env(env)
     # An interpreter setting (PYTHONPROFILEIMPORTTIME, ...) needs an interpreter of its own.
-    interpreter = any(k.startswith("PYTHON") for k in (env or {}))
-    unit = "/tests/unit/" in sys._getframe(1).f_code.co_filename  # tests/cli: a real process
-    if unit and args[:1] and args[0] in _IN_PROCESS and not interpreter and not _SUBPROCESS:
+    interpreter = any(k.startswith("PYTHON") and k != _INTERPRETER_ONLY for k in (env or {}))
+    unit = _called_from("/tests/unit/")  # tests/cli and tests/e2e: a real process
+    if unit and not interpreter and not _SUBPROCESS:
         return _in_process(args, full, str(cwd) if cwd else None)
     return subprocess.run(
         [sys.executable, "-m", "marun", *args],
@@ -136,3 +188,41 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
         reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else report.longrepr
         report.outcome = "failed"
         report.longrepr = f"MARUN_REQUIRE_E2E=1 but this end-to-end test skipped: {reason}"
+
+
+# tests/unit: a unit test starts no process (part 12). Every process start while a unit test
+# runs (subprocess, fork, exec, posix_spawn, os.system: Python's audit events, so whatever the
+# API) fails that test, unless it is marked `starts_processes` with the reason; tests that need a
+# process live in tests/cli. `marun plan` and `marun run` run in this process (above).
+_STARTS = ("subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.exec", "os.system")
+_watching: list[list[str]] = []  # the running unit test's list of starts, while one runs
+_PID = os.getpid()
+
+
+def _audit(event: str, args: tuple[object, ...]) -> None:
+    if _watching and event in _STARTS and os.getpid() == _PID:
+        what = args[1] if event == "subprocess.Popen" and len(args) > 1 else args[:1]
+        _watching[0].append(f"{event} {what!r}"[:200])
+
+
+sys.addaudithook(_audit)  # for the session; it records only while a unit test runs
+
+
+@pytest.fixture(autouse=True)
+def _no_process(request: pytest.FixtureRequest) -> Iterator[None]:
+    unit = "/tests/unit/" in str(request.node.path)
+    if not unit or request.node.get_closest_marker("starts_processes") is not None:
+        yield
+        return
+    started: list[str] = []
+    _watching[:] = [started]
+    try:
+        yield
+    finally:
+        _watching.clear()
+    if started:
+        pytest.fail(
+            "a unit test starts no process (move it to tests/cli, or mark it "
+            f"starts_processes with the reason); it started: {started[:3]}",
+            pytrace=False,
+        )

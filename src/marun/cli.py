@@ -9,6 +9,30 @@ from typing import Annotated, Optional
 
 import typer
 
+from marun.cli_options import (
+    ArrivalOpt,
+    CommandArg,
+    ConfigOpt,
+    ConsoleRanksOpt,
+    FatalCodesOpt,
+    Format,
+    GraceOpt,
+    HangOpt,
+    KeepOpt,
+    LogDirOpt,
+    MaxRestartsOpt,
+    Mode,
+    ModeOpt,
+    NicOpt,
+    NprocOpt,
+    PeerOpt,
+    PerNodeOpt,
+    RecoveryRestartsOpt,
+    RecoveryWaitOpt,
+    SuperviseOpt,
+    TfChiefOpt,
+    VerboseOpt,
+)
 from marun.errors import MarunError
 from marun.run_argv import SETTING_OPTIONS
 
@@ -37,126 +61,6 @@ app = typer.Typer(
 # Options stop at the first word that is not one of marun's, so everything after the script
 # (including the platform's appended --init_method/--rank/...) belongs to the script.
 _CTX = {"allow_interspersed_args": False, "ignore_unknown_options": True}
-
-
-class Mode(str, Enum):
-    auto = "auto"
-    ascend = "ascend"
-    mindspore = "mindspore"
-    pytorch = "pytorch"
-    tensorflow = "tensorflow"
-    mpi = "mpi"
-
-
-class Format(str, Enum):
-    table = "table"
-    json = "json"
-    yaml = "yaml"
-
-
-CommandArg = Annotated[
-    Optional[list[str]], typer.Argument(help="SCRIPT [ARGS...]: a .py file or a command")
-]
-ModeOpt = Annotated[
-    Mode, typer.Option("--mode", help="launch mode; auto reads the platform's hints")
-]
-ConfigOpt = Annotated[
-    Optional[str],
-    typer.Option("--config", help="YAML settings file (else $MARUN_CONFIG, ./marun.yaml)"),
-]
-NprocOpt = Annotated[
-    Optional[str],
-    typer.Option("--nproc-per-node", metavar="N", help="processes per node (default MA_NUM_GPUS)"),
-]
-PerNodeOpt = Annotated[
-    Optional[bool],
-    typer.Option(
-        "--per-node/--per-device", help="ascend: start file runs once per node / per device"
-    ),
-]
-KeepOpt = Annotated[
-    Optional[bool],
-    typer.Option(
-        "--keep-platform-args", help="pass the platform's appended arguments on to the script"
-    ),
-]
-NicOpt = Annotated[
-    Optional[str], typer.Option("--nic", help="network interface to use (default: detected)")
-]
-LogDirOpt = Annotated[Optional[str], typer.Option("--log-dir", help="per-process log directory")]
-TfChiefOpt = Annotated[
-    Optional[bool], typer.Option("--tf-chief", help="tensorflow: worker 0 becomes the chief")
-]
-# Supervision options: part of the plan (its `supervision`), so `plan` shows and checks them exactly
-# as `run` does, and a `run` command line turns into its dry-run by changing one word.
-ConsoleRanksOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        "--console-ranks",
-        help="whose output reaches marun's stdout: all (default), none, or e.g. 0,3-5,scheduler;"
-        " log files always get everything",
-    ),
-]
-GraceOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        "--grace-period",
-        metavar="SECONDS",
-        help="seconds between SIGTERM and SIGKILL (default 30)",
-    ),
-]
-MaxRestartsOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        "--max-restarts",
-        metavar="N",
-        help="MindSpore recovery: restarts per process (default 3)",
-    ),
-]
-VerboseOpt = Annotated[
-    bool,
-    typer.Option(
-        "--verbose",
-        help="marun's own events (process_started, stopping, ...) on the console too; they"
-        " always go to <log dir>/marun-events.log",
-    ),
-]
-SuperviseOpt = Annotated[
-    bool, typer.Option("--supervise", help="supervise even a single process, not exec it")
-]
-RecoveryWaitOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        "--recovery-wait",
-        metavar="SECONDS",
-        help="MindSpore recovery: seconds before a restart (default 30, the scheduler's window)",
-    ),
-]
-ArrivalOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        "--arrival-timeout",
-        metavar="SECONDS",
-        help="multi-node: seconds node 0 waits for every node to report (default 300)",
-    ),
-]
-PeerOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        "--peer-timeout",
-        metavar="SECONDS",
-        help="multi-node: seconds of silence after which a node counts as lost (default 60)",
-    ),
-]
-HangOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        "--hang-timeout",
-        metavar="SECONDS",
-        help="multi-node: seconds without a line from any rank before the job is dumped and "
-        "stopped (default off; stacks need marun[hang])",
-    ),
-]
 
 
 def _setting_options(params: "dict[str, object]") -> "dict[str, object]":
@@ -194,6 +98,8 @@ def plan(
     console_ranks: ConsoleRanksOpt = None,
     grace_period: GraceOpt = None,
     max_restarts: MaxRestartsOpt = None,
+    fatal_exit_codes: FatalCodesOpt = None,
+    recovery_restarts: RecoveryRestartsOpt = None,
     recovery_wait: RecoveryWaitOpt = None,
     arrival_timeout: ArrivalOpt = None,
     peer_timeout: PeerOpt = None,
@@ -237,6 +143,8 @@ def run(
     console_ranks: ConsoleRanksOpt = None,
     grace_period: GraceOpt = None,
     max_restarts: MaxRestartsOpt = None,
+    fatal_exit_codes: FatalCodesOpt = None,
+    recovery_restarts: RecoveryRestartsOpt = None,
     recovery_wait: RecoveryWaitOpt = None,
     arrival_timeout: ArrivalOpt = None,
     peer_timeout: PeerOpt = None,
@@ -280,6 +188,7 @@ def simulate(
     tf_chief: TfChiefOpt = None,
     console_ranks: ConsoleRanksOpt = None,
     grace_period: GraceOpt = None,
+    max_restarts: MaxRestartsOpt = None,
     show_plan: Annotated[
         bool, typer.Option("--show-plan/--no-show-plan", help="print the job's plan first")
     ] = True,

@@ -144,6 +144,9 @@ def _mode_problem(path: Path, uid: int, private: bool) -> str | None:
 def check_ssh_keys(platform: Platform, required: bool) -> list[Check]:
     """The classic "bad ownership or modes" failures (kubeflow/mpi-operator #424, Volcano
     #1606) before sshd or ssh trip over them mid-job."""
+    from marun.inputs.injected import SSH_KEY
+    from marun.mpi.run_dir import AUTHORIZED_KEYS
+
     ssh_dir = Path(platform.ssh_dir())
     if not ssh_dir.is_dir():
         status = WARN if required else SKIP
@@ -157,7 +160,7 @@ def check_ssh_keys(platform: Platform, required: bool) -> list[Check]:
     checks.append(
         Check(f"ssh dir {ssh_dir}", FAIL if problem else OK, problem or "owner and mode ok")
     )
-    for name, private in (("id_rsa", True), ("authorized_keys", False)):
+    for name, private in ((SSH_KEY, True), (AUTHORIZED_KEYS, False)):
         path = ssh_dir / name
         if not path.exists():
             status = WARN if required and platform.num_hosts() > 1 else SKIP
@@ -247,7 +250,9 @@ def _ports(platform: Platform, mode: str | None) -> list[tuple[str, int]]:
     return ports
 
 
-def check_ports(platform: Platform, mode: str | None) -> list[Check]:
+def check_ports_free(platform: Platform, mode: str | None) -> list[Check]:
+    """Whether each port this node's plan listens on is free now (a report; `marun run` refuses
+    a taken one: runtime.execute.refuse_taken_ports, through the same inputs.port_probe)."""
     return _port_checks(_ports(platform, mode))
 
 
@@ -269,7 +274,6 @@ def _port_checks(ports: Sequence[tuple[str, int]]) -> list[Check]:
 def check_job_secret(platform: Platform, mode: str | None) -> list[Check]:
     """A multi-node job's coordination without a secret: anyone on the job's hosts can forge
     a failure that stops the job (docs/supervision.md, "Trust")."""
-    from marun.plan.coordinate import ssh_key_path
     from marun.plan.coordination import NO_SECRET_NOTE, TOKEN_VAR
 
     try:
@@ -280,7 +284,7 @@ def check_job_secret(platform: Platform, mode: str | None) -> list[Check]:
         return []
     if platform.env.get(TOKEN_VAR):
         return [Check("job secret", OK, f"{TOKEN_VAR} (its value is not shown)")]
-    key = ssh_key_path(platform)
+    key = platform.ssh_key()
     if os.path.isfile(key):
         return [Check("job secret", OK, f"Volcano's ssh key {key}")]
     return [Check("job secret", WARN, NO_SECRET_NOTE.removeprefix("WARNING: "))]
@@ -318,7 +322,7 @@ def run_checks(platform: Platform, mode: str | None, command: Sequence[str] = ()
     if command:
         checks += check_plan(platform, mode)
     else:
-        checks += check_ports(platform, mode)
+        checks += check_ports_free(platform, mode)
     checks += check_job_secret(platform, mode)
     return checks
 

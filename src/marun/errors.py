@@ -7,7 +7,8 @@ the whole line at `MAX_LINE`, and a password in a URL (`tcp://user:PASS@host`) i
 
 from __future__ import annotations
 
-EXIT_BAD_INPUT = 2
+from marun.exit_codes import BAD_INPUT_EXIT
+
 MAX_VALUE = 200  # characters of a quoted value
 MAX_LINE = 900  # characters of a whole message (the line, with its prefix, stays under 1000)
 
@@ -54,7 +55,7 @@ class InputError(MarunError):
     whatever the input held (see `one_line`).
     """
 
-    exit_code = EXIT_BAD_INPUT
+    exit_code = BAD_INPUT_EXIT
 
     def __str__(self) -> str:
         return one_line(Exception.__str__(self))

@@ -143,6 +143,6 @@ def run_node(
     except KeyboardInterrupt:  # Ctrl-C before the job starts: 130, as typer ends it
         import signal
 
-        from marun.runtime.signals import exit_code_for
+        from marun.exit_codes import signal_exit
 
-        return exit_code_for(signal.SIGINT)
+        return signal_exit(signal.SIGINT)

@@ -55,7 +55,8 @@ def _mask_secrets(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMa
         if key != "event" and is_secret_name(key):
             event[key] = MASK
         elif isinstance(value, dict):
-            event[key] = mask_env(value)
+            # Values of any type (a round's ports are numbers): masked as their text.
+            event[key] = mask_env({str(k): str(v) for k, v in value.items()})
         elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
             event[key] = mask_argv(value)
     return event

@@ -553,7 +553,22 @@ def _preload() -> None:
     import yaml  # noqa: F401 - loaded lazily by the settings reader
 
 
-def run_case(case: Case, command: str, work: Path, ports: Mapping[str, str]) -> Outcome:
+# Cases run this many at a time (each in its own session, work directory, TMPDIR and ports):
+# each is a fork that spends its time in marun's own Python, so two keep both cores busy.
+SLOTS = int(os.environ.get("MARUN_CORPUS_SLOTS", "2"))
+
+
+@dataclass
+class Running:
+    """A case started and not yet judged."""
+
+    pid: int
+    work: Path
+    deadline: float
+
+
+def start_case(case: Case, command: str, work: Path, ports: Mapping[str, str]) -> Running:
+    """Fork `marun COMMAND ARGS` for `case` in `work` (its own run directory: TMPDIR)."""
     from marun.cli import main
 
     case_dir = work / "case"
@@ -563,7 +578,8 @@ def run_case(case: Case, command: str, work: Path, ports: Mapping[str, str]) -> 
         _write(case_dir, name, content)
     started_dir = work / "started"
     started_dir.mkdir()
-    env = {**BASE_ENV, **ports, **case.env, "CORPUS_STARTED": str(started_dir)}
+    env = {**BASE_ENV, "TMPDIR": str(work), **ports, **case.env}
+    env["CORPUS_STARTED"] = str(started_dir)
     out_path, err_path = work / "stdout", work / "stderr"
     pid = os.fork()
     if pid == 0:  # the child: becomes `marun COMMAND ARGS` and never returns
@@ -594,27 +610,54 @@ def run_case(case: Case, command: str, work: Path, ports: Mapping[str, str]) -> 
             sys.stderr.flush()
         finally:
             os._exit(code)
-    deadline = time.monotonic() + CASE_TIMEOUT
+    return Running(pid, work, time.monotonic() + CASE_TIMEOUT)
+
+
+def poll_case(run: Running) -> Outcome | None:
+    """The case's outcome once it has ended (or was killed at its deadline); None meanwhile."""
     code: int | None = None
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            code = os.waitstatus_to_exitcode(status)
-            break
-        if time.monotonic() > deadline:
-            os.killpg(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            break
-        select.select([], [], [], 0.005)
+    done, status = os.waitpid(run.pid, os.WNOHANG)
+    if done:
+        code = os.waitstatus_to_exitcode(status)
+    elif time.monotonic() > run.deadline:
+        os.killpg(run.pid, signal.SIGKILL)
+        os.waitpid(run.pid, 0)
+    else:
+        return None
     # Whatever the case started in its session ends with it.
     with contextlib.suppress(OSError):
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(run.pid, signal.SIGKILL)
+    out_path, err_path = run.work / "stdout", run.work / "stderr"
     return Outcome(
         code,
         out_path.read_text(errors="replace") if out_path.exists() else "",
         err_path.read_text(errors="replace") if err_path.exists() else "",
-        len(list(started_dir.iterdir())),
+        len(list((run.work / "started").iterdir())),
     )
+
+
+def run_cases(
+    cases: list[tuple[int, Case]], command: str, root: Path
+) -> Iterator[tuple[int, Case, Outcome]]:
+    """Every case's outcome, SLOTS at a time, each slot with ports of its own."""
+    slots = [_port_env() for _ in range(SLOTS)]
+    free = list(range(SLOTS))
+    running: dict[int, tuple[int, Case, Running]] = {}  # slot -> case
+    queue = list(cases)
+    while queue or running:
+        while queue and free:
+            slot = free.pop()
+            i, case = queue.pop(0)
+            work = root / f"c{i}"
+            work.mkdir()
+            running[slot] = (i, case, start_case(case, command, work, slots[slot]))
+        for slot, (i, case, run) in list(running.items()):
+            outcome = poll_case(run)
+            if outcome is not None:
+                del running[slot]
+                free.append(slot)
+                yield i, case, outcome
+        select.select([], [], [], 0.005)
 
 
 def judge(case: Case, command: str, o: Outcome) -> str | None:
@@ -679,16 +722,11 @@ def test_the_corpus_is_large_and_covers_every_channel() -> None:
 @pytest.mark.parametrize("command", ["plan", "run"])
 def test_every_input_gives_a_plan_or_one_line_and_exit_2(command: str, tmp_path: Path) -> None:
     _preload()
-    ports = _port_env()
     failures: list[str] = []
     counts: dict[str, dict[str, int]] = {}
     tried = 0
-    for i, case in enumerate(CASES):
-        if command not in case.modes:
-            continue
-        work = tmp_path / f"c{i}"
-        work.mkdir()
-        outcome = run_case(case, command, work, ports)
+    chosen = [(i, case) for i, case in enumerate(CASES) if command in case.modes]
+    for i, case, outcome in run_cases(chosen, command, tmp_path):
         tried += 1
         wrong = judge(case, command, outcome)
         per = counts.setdefault(case.cls, {"tried": 0, "exit 0": 0, "exit 2": 0})
@@ -703,7 +741,7 @@ def test_every_input_gives_a_plan_or_one_line_and_exit_2(command: str, tmp_path:
         else:
             import shutil
 
-            shutil.rmtree(work, ignore_errors=True)
+            shutil.rmtree(tmp_path / f"c{i}", ignore_errors=True)
     report = os.environ.get("MARUN_CORPUS_REPORT")
     if report:
         with open(report, "a") as fh:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import free_port
-from marun.job.arrival import LOST_EXIT
+from marun.exit_codes import LOST_EXIT
 from marun.job.coordinator import Coordinator
 from marun.job.member import Member
 from marun.job.protocol import ProtocolError, decode, encode, fresh, new_nonce

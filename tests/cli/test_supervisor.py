@@ -555,7 +555,7 @@ def test_without_recovery_or_after_the_last_restart_the_job_fails_fast(
     env = worker_env(
         tmp_path, MS_ENABLE_RECOVERY=recovery, MS_RECOVERY_PATH=str(tmp_path / "ckpt"), **MS_ENV
     )
-    args = ["run", "--mode", "mindspore", "--max-restarts", max_restarts, "--"]
+    args = ["run", "--mode", "mindspore", "--recovery-restarts", max_restarts, "--"]
     res = run_marun(
         [*args, str(WORKER), "1=flaky:99", "sched=until", "*=ok"], env=env, cwd=tmp_path
     )
@@ -602,6 +602,8 @@ def test_the_executor_execs_a_hand_built_lone_plan(tmp_path: Path) -> None:
         (["--console-ranks", "0,x y"], {}, "console_ranks='0,x y'"),
         (["--console-ranks", "3-1"], {}, "console_ranks='3-1'"),
         (["--max-restarts", "-1"], {}, "--max-restarts='-1'"),
+        (["--recovery-restarts", "-1"], {}, "--recovery-restarts='-1'"),
+        (["--fatal-exit-codes", "0"], {}, "--fatal-exit-codes"),
         ([], {"MARUN_GRACE_PERIOD": "-5"}, "MARUN_GRACE_PERIOD='-5'"),
         ([], {"MARUN_GRACE_PERIOD": "soon"}, "MARUN_GRACE_PERIOD='soon'"),
     ],

@@ -9,8 +9,7 @@ the PyTorch, MindSpore and TensorFlow pods get the framework from scripts/framew
 for the same Python, mounted read-only at /opt/framework and on PYTHONPATH, standing in for the
 framework a real base image holds. The MPI image has OpenMPI and mpi4py of its own.
 
-Not here yet: a pod's rank that crashes once under `--max-restarts 2` and the job healing (waits
-for restart rounds, part 14). The Ascend Job is validated in test_volcano_pods.py only (NPUs).
+The Ascend Job is validated in test_volcano_pods.py only (NPUs).
 """
 
 from __future__ import annotations
@@ -53,10 +52,12 @@ RANK = """\
 import os, sys, time
 rank = int(os.environ["RANK"])
 print(f"rank {rank}: started on {os.uname().nodename}", flush=True)
-if rank == int(os.environ.get("FAIL_RANK", "-1")):
+rounds = os.environ.get("FAIL_ROUNDS", "any").split(",")
+failing = rank == int(os.environ.get("FAIL_RANK", "-1"))
+if failing and ("any" in rounds or os.environ.get("MARUN_RESTART_COUNT", "0") in rounds):
     print(f"rank {rank}: giving up with 3", flush=True)
     sys.exit(3)
-time.sleep(600)
+time.sleep(float(os.environ.get("RUN_FOR", "600")))
 """
 
 
@@ -286,6 +287,26 @@ def test_a_failing_rank_ends_every_pod_with_its_code(run_job: Any, workdir: Path
             r"exit code 3",
             out,
         ), report
+
+
+def test_a_rank_that_fails_once_heals_in_place_under_max_restarts(
+    run_job: Any, workdir: Path
+) -> None:
+    """Restart rounds across pods: rank 3 fails in round 0 only; every pod's ranks are stopped
+    and started again in round 1, and every pod ends 0 without being recreated."""
+    job = load_job(VOLCANO / "pytorch.yaml")
+    env = {"FAIL_RANK": "3", "FAIL_ROUNDS": "0", "RUN_FOR": "4", "MARUN_MAX_RESTARTS": "2"}
+    pods = pods_of(
+        job, workdir, "pytorch", env, script="/home/ma-user/code/rank.py", code=workdir / "code"
+    )
+    cluster = run_job(pods)
+    codes = finish(cluster)
+    report = cluster.report()
+    assert set(codes.values()) == {0}, report
+    assert re.search(
+        r"marun: round 1/2 after node 1 rank 3 exit 3 \(all 4 ranks running again in [0-9.]+s\)",
+        cluster.logs(pods[0].name),
+    ), report
 
 
 def test_a_killed_pod_is_named_by_the_others(run_job: Any, workdir: Path) -> None:

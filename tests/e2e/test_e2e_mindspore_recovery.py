@@ -40,7 +40,7 @@ def recovery_env(node: int, port: int, shared: Path) -> dict[str, str]:
         "MS_ENABLE_RECOVERY": "1",
         "MS_RECOVERY_PATH": str(shared),
         "MARUN_RECOVERY_WAIT": "2",
-        "MARUN_MAX_RESTARTS": "2",
+        "MARUN_RECOVERY_RESTARTS": "2",
         "MARUN_GRACE_PERIOD": "3",
         "MARUN_LOG_LEVEL": "info",  # marun's events on the console too: the pids are read there
     }

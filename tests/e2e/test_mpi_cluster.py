@@ -414,6 +414,96 @@ def test_sigterm_to_node_0_before_every_node_arrived(
     job.assert_nothing_left()
 
 
+# Every rank says it runs, then waits, silent and idle (a sleep, not an MPI call: Open MPI's
+# progress loop would spin), for longer than any test waits: a hung job.
+SILENT_IDLE = """\
+import socket, time
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+comm.Barrier()
+print(f"rank {comm.Get_rank()} running on {socket.gethostname()}", flush=True)
+time.sleep(600)
+print("never", flush=True)
+"""
+
+
+def test_the_hang_watchdog_stops_a_silent_idle_mpi_job(
+    make_cluster: MakeCluster, mpi_python: Path, tmp_path: Path
+) -> None:
+    """--hang-timeout in MPI mode: the ranks (mpirun's on node 0, orted's under sshd on node 1)
+    go silent and use no CPU; node 0's watchdog judges the job hung and every node ends with the
+    hang exit code (124), naming why; job.json keeps the reason."""
+    cluster = make_cluster(2)
+    job = MpiJob(
+        cluster,
+        volcano_ssh_secret(tmp_path / "ssh", 0o600),
+        mpi_python,
+        env={"MARUN_HANG_TIMEOUT": "6"},
+    )
+    job.start(_script(tmp_path, "silent_idle.py", SILENT_IDLE), hosts=range(2))
+    job.wait_for(0, r"rank \d+ running on", 2 * GPUS)
+    codes = job.finish()
+    assert codes == {0: 124, 1: 124}, job.report()
+    why = re.compile(
+        r"no rank of the job wrote a line for 6s, and its ranks used [0-9.]+s of CPU in that "
+        r"time: nothing runs"
+    )
+    for i in range(2):
+        assert why.search(job.nodes[i].output), job.report()
+        assert "the job stopped on every node, exit code 124" in job.nodes[i].output, job.report()
+    report = job.job_json()
+    assert report["exit_code"] == 124, report
+    assert why.search(report["first_failure"]["why"]), report
+    assert "never" not in job.nodes[0].output
+    if (mpi_python.parent / "py-spy").exists():  # marun[hang]: the ranks' stacks
+        stacks = report["first_failure"]["stacks"]
+        # Node 0's ranks, below mpi-leader, each in its sleep. Node 1's (below its sshd, a
+        # daemon) are not sampled yet: the supervisor dumps no daemon and the coordinator
+        # judges no daemons-only node (named gap, CHANGELOG part 12).
+        assert "[below mpi-leader: pid" in stacks, stacks
+        assert stacks.count("(silent_idle.py:6)") == GPUS, stacks
+    job.assert_nothing_left()
+
+
+# Every rank works on the CPU, silent, for three hang time-outs, then says it is done.
+BUSY_QUIET = """\
+import time
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+comm.Barrier()
+end = time.monotonic() + 20
+n = 0
+while time.monotonic() < end:
+    n += 1
+comm.Barrier()
+print(f"rank {comm.Get_rank()} done", flush=True)
+"""
+
+
+def test_the_hang_watchdog_leaves_a_busy_quiet_mpi_job_alone(
+    make_cluster: MakeCluster, mpi_python: Path, tmp_path: Path
+) -> None:
+    """Silent for three hang time-outs but working: not hung. In MPI mode the ranks are not
+    marun's children (mpirun's on node 0, orted's under sshd elsewhere): their stacks, not only
+    mpi-leader's and sshd's, are what the watchdog compares (with py-spy, marun[hang], in the
+    venv: without it a busy job is never judged hung anyway)."""
+    if not (mpi_python.parent / "py-spy").exists():
+        pytest.skip("py-spy is not installed in the mpi venv (scripts/frameworks.sh mpi)")
+    cluster = make_cluster(2)
+    job = MpiJob(
+        cluster,
+        volcano_ssh_secret(tmp_path / "ssh", 0o600),
+        mpi_python,
+        env={"MARUN_HANG_TIMEOUT": "6"},
+    )
+    job.start(_script(tmp_path, "busy_quiet.py", BUSY_QUIET), hosts=range(2))
+    codes = job.finish()
+    assert codes == {0: 0, 1: 0}, job.report()
+    assert job.nodes[0].output.count(" done") >= 2 * GPUS, job.report()
+    assert "job_quiet_but_busy" in job.nodes[0].output, job.report()
+    job.assert_nothing_left()
+
+
 def _python_for(uid: int, venv_python: Path) -> tuple[Path, dict[str, str]]:
     """An interpreter `uid` can run with mpi4py and marun importable. The framework venv's
     interpreter may be a link into root's private directory (pyenv under /root): then the

@@ -1,4 +1,4 @@
-"""The layout's rules, checked on the source: imports go one way (inputs <- plan <- runtime; mpi,
+"""The package's rules, checked on the source: imports go one way (inputs <- plan <- runtime; mpi,
 job and sim use them, never the reverse), and every subpackage says what it holds and may import.
 
 Every `import` counts, also those inside functions and under TYPE_CHECKING: a lazy import is
@@ -16,7 +16,7 @@ from conftest import REPO
 
 PACKAGE = REPO / "src" / "marun"
 # Top-level modules every part may use; they import none of the parts.
-HELPERS = {"errors", "_files", "redact", "log"}
+HELPERS = {"errors", "exit_codes", "_files", "redact", "log"}
 # part -> the parts it may import (besides itself and the helpers).
 ALLOWED: dict[str, set[str]] = {
     "helpers": set(),
@@ -29,7 +29,19 @@ ALLOWED: dict[str, set[str]] = {
     "launch": {"inputs", "plan", "runtime", "mpi", "job"},
     "sim": {"inputs", "plan", "runtime", "mpi", "job", "launch", "run_argv"},
     "doctor": {"inputs", "plan", "runtime", "mpi", "job", "launch"},
-    "cli": {"inputs", "plan", "runtime", "mpi", "job", "sim", "doctor", "run_argv", "launch"},
+    "cli": {
+        "inputs",
+        "plan",
+        "runtime",
+        "mpi",
+        "job",
+        "sim",
+        "doctor",
+        "run_argv",
+        "launch",
+        "cli_options",
+    },
+    "cli_options": set(),  # the options `plan` and `run` share (typer annotations only)
     # `marun run`'s start path: a hand parser (run_argv) and launch, typer only when unsure
     "run_argv": set(),
     "entry": {"run_argv", "launch", "cli"},
@@ -170,3 +182,101 @@ def test_no_import_circle_through_the_plan_floor() -> None:
             if module not in seen:
                 seen.add(module)
                 todo.extend(graph.get(module, ()))
+
+
+# One owner per derived fact (part 12): where a fact is derived from the platform or a number
+# bound is written, it is written once; everything else asks the owner. What is looked for:
+# a string constant that is the fact (not a docstring or a message quoting it), a number, or a
+# call that derives it.
+OWNERS: dict[str, tuple[str, str]] = {
+    # fact: (its owner, module path under marun/)
+    "the ssh key's file name (id_rsa)": ("SSH_KEY", "inputs/injected.py"),
+    "the ssh directory (~/.ssh)": ("Platform.ssh_dir", "inputs/injected.py"),
+    "the run directory ($TMPDIR/marun-<uid>)": ("Platform.run_dir", "inputs/injected.py"),
+    "the user's passwd entry (login name, home)": ("Platform.passwd", "inputs/injected.py"),
+    "the TCP port bound (65535)": ("PORT_MIN, PORT_MAX", "inputs/numbers.py"),
+    "the longest wait (a year: 31,536,000 s)": ("MAX_SECONDS", "inputs/numbers.py"),
+    "the job token's variable (MARUN_JOB_TOKEN)": ("TOKEN_VAR", "plan/coordination.py"),
+    "an exit code by number (124, 126, 127, 128+N)": ("*_EXIT", "exit_codes.py"),
+}
+
+
+def _derivations(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, fact) for each place in `tree` that derives one of OWNERS' facts itself."""
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    # 128 is an exit code only as 128 + N (MAX_THREADS = 128 is not one)
+    added = {
+        id(side)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add)
+        for side in (node.left, node.right)
+    }
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Constant) and id(node) not in docstrings:
+            value = node.value
+            if value in ("id_rsa", "id_rsa.pub"):
+                found.append((line, "the ssh key's file name (id_rsa)"))
+            elif value == ".ssh":
+                found.append((line, "the ssh directory (~/.ssh)"))
+            elif value == "MARUN_JOB_TOKEN":
+                found.append((line, "the job token's variable (MARUN_JOB_TOKEN)"))
+            elif value in (31_536_000, 31_536_000.0) and type(value) is not bool:
+                found.append((line, "the longest wait (a year: 31,536,000 s)"))
+            elif (isinstance(value, str) and "65535" in value) or value == 65535:
+                found.append((line, "the TCP port bound (65535)"))
+            elif type(value) is int and (
+                value in (124, 126, 127) or (value == 128 and id(node) in added)
+            ):
+                found.append((line, "an exit code by number (124, 126, 127, 128+N)"))
+        elif isinstance(node, ast.JoinedStr):
+            parts = [v.value for v in node.values if isinstance(v, ast.Constant)]
+            if any(str(p).endswith("marun-") for p in parts):
+                found.append((line, "the run directory ($TMPDIR/marun-<uid>)"))
+        elif isinstance(node, ast.Call):
+            name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
+            if name in ("getpwuid", "expanduser"):
+                found.append((line, "the user's passwd entry (login name, home)"))
+    return found
+
+
+def test_one_owner_per_derived_fact() -> None:
+    """The ssh key and directory, the run directory, the passwd entry, the port bound, the job
+    token's name and the exit codes are each derived in one module; the others import it.
+    (Before part 12 the ssh key's path was derived in five places, the run directory in two,
+    the port bound in four.)"""
+    owner_of = {fact: where for fact, (_, where) in OWNERS.items()}
+    wrong = []
+    for path in SOURCES:
+        rel = str(path.relative_to(PACKAGE))
+        for line, fact in _derivations(ast.parse(path.read_text(encoding="utf-8"))):
+            if rel != owner_of[fact]:
+                wrong.append(
+                    f"{rel}:{line}: derives {fact}; ask {OWNERS[fact][0]} ({owner_of[fact]})"
+                )
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_the_owner_check_sees_a_second_derivation() -> None:
+    """The check above finds each kind of derivation it looks for (it would pass vacuously
+    otherwise)."""
+    source = """
+import os, pwd
+KEY = "id_rsa"
+home = os.path.join(os.path.expanduser("~"), ".ssh")
+run = f"/tmp/marun-{os.getuid()}"
+ok = 1 <= port <= 65535
+token = env.get("MARUN_JOB_TOKEN")
+code = 128 + signum
+longest = 31_536_000
+"""
+    facts = {fact for _, fact in _derivations(ast.parse(source))}
+    assert facts == set(OWNERS), set(OWNERS) - facts

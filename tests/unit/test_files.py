@@ -47,19 +47,23 @@ def test_atomic_write_leaves_no_temporary_file_on_failure(tmp_path: Path) -> Non
 
 
 def test_write_all_through_a_pipe() -> None:
+    import threading
+
     read_end, write_end = os.pipe()
-    data = os.urandom(1 << 20)
+    data = os.urandom(1 << 20)  # far more than a pipe holds: the writer writes in parts
     got = bytearray()
-    pid = os.fork()
-    if pid == 0:  # the reader, so that the writer fills the pipe and writes in parts
-        os.close(write_end)
+
+    def read() -> None:  # the reader, in a thread: a unit test starts no process
         while chunk := os.read(read_end, 1 << 16):
-            got += chunk
-        os._exit(0 if bytes(got) == data else 1)
-    os.close(read_end)
+            got.extend(chunk)
+        os.close(read_end)
+
+    reader = threading.Thread(target=read)
+    reader.start()
     write_all(write_end, data)
     os.close(write_end)
-    assert os.waitpid(pid, 0)[1] == 0
+    reader.join(timeout=60)
+    assert not reader.is_alive() and bytes(got) == data
 
 
 def test_private_dir(tmp_path: Path) -> None:

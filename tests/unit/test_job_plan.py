@@ -48,7 +48,7 @@ def test_pytorch_nodes_report_to_the_init_method_host(script: Path) -> None:
         "peer_timeout": 60.0,
         "hang_timeout": 600.0,
         "auth": "none",
-        "ssh_dir": None,
+        "ssh_key": None,
     }
 
 
@@ -61,6 +61,8 @@ def test_the_secret_s_source_never_its_value(script: Path, tmp_path: Path) -> No
     (ssh / "id_rsa").write_text("KEY-CONTENT\n")
     data = plan(script, env={"MARUN_SSH_DIR": str(ssh)})
     assert data["coordination"]["auth"] == "ssh-key"
+    # the key's path as the plan found it (Platform.ssh_key): the job's link reads that one
+    assert data["coordination"]["ssh_key"] == str(ssh / "id_rsa")
     assert "KEY-CONTENT" not in json.dumps(data)
 
 
@@ -123,20 +125,6 @@ def test_tensorflow_leader_is_the_first_worker(script: Path) -> None:
     coordination = json.loads(res.stdout)["coordination"]
     assert (coordination["host"], coordination["nodes"], coordination["leader"]) == ("h2", 4, 2)
     assert coordination["index"] == 3
-
-
-def test_single_node_run_loads_no_coordination(script: Path) -> None:
-    """One node: no import of marun.job or the runtime's link to it, no thread, no socket
-    (supervised here, so the supervisor's imports count too)."""
-    res = run_marun(
-        ["run", "--supervise", "--", script.name, "--init_method", INIT],
-        env={"PYTHONPROFILEIMPORTTIME": "1"},
-        cwd=script.parent,
-    )
-    assert res.returncode == 0, res.stderr
-    assert "marun.plan.coordination" in res.stderr  # the plan looked, and found one node
-    assert "marun.job" not in res.stderr
-    assert "marun.runtime.joblink" not in res.stderr
 
 
 def test_job_ids_agree_within_a_job_and_differ_between_jobs(script: Path) -> None:

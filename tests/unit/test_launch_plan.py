@@ -164,7 +164,7 @@ def test_supervision_is_checked_when_built(field: str, value: object, expected: 
 @pytest.mark.parametrize("fmt", ["table", "json", "yaml"])
 def test_the_dry_run_shows_the_supervision(tmp_path: Path, fmt: str) -> None:
     (tmp_path / "train.py").write_text("")
-    env = {"MA_NUM_GPUS": "1", "MARUN_NIC": "lo", "MARUN_MAX_RESTARTS": "1"}
+    env = {"MA_NUM_GPUS": "1", "MARUN_NIC": "lo", "MARUN_RECOVERY_RESTARTS": "1"}
     res = run_marun(
         [
             "plan",
@@ -184,13 +184,18 @@ def test_the_dry_run_shows_the_supervision(tmp_path: Path, fmt: str) -> None:
     )
     assert res.returncode == 0, res.stderr
     if fmt == "table":
-        # max_restarts and recovery_wait only where something restarts (MindSpore recovery).
+        # recovery_restarts and recovery_wait only where something restarts (MindSpore
+        # recovery); restart rounds only where there are some.
         assert "supervision: grace_period 5s   console_ranks 0   marun supervises" in res.stdout
         return
     data = json.loads(res.stdout) if fmt == "json" else yaml.safe_load(res.stdout)
     assert data["supervision"] == {
         "grace_period": 5.0,
-        "max_restarts": 1,
+        "max_restarts": 0,
+        "fatal_exit_codes": [],
+        "quick_failure": 30.0,
+        "round_ports": [],
+        "recovery_restarts": 1,
         "recovery_wait": 30.0,
         "console_ranks": ["0"],
         "record_dir": str(tmp_path / "marun_logs"),
@@ -198,6 +203,27 @@ def test_the_dry_run_shows_the_supervision(tmp_path: Path, fmt: str) -> None:
         "prefix_output": True,
         "fail_fast": True,
     }
+
+
+def test_the_dry_run_shows_the_restart_rounds_rule_and_round_0(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("")
+    env = {"MA_NUM_GPUS": "1", "MARUN_NIC": "lo", "MARUN_MAX_RESTARTS": "2"}
+    argv = ["plan", "--format", "table", "--fatal-exit-codes", "3,4", "--", "train.py"]
+    res = run_marun([*argv, *INIT[:2]], env=env, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert (
+        "max_restarts 2 (job-wide rounds; none after exit 3,4; none after two failures within "
+        "30s of a round's start; each round k >= 1 moves MASTER_PORT to the first free port "
+        "from its planned value + k, on node 0)"
+    ) in res.stdout
+    # With rounds, even one process is supervised (a round restarts it), told its round.
+    assert "marun supervises" in res.stdout and "marun execs" not in res.stdout
+    for line in ("MARUN_RESTART_COUNT=0", "MARUN_MAX_RESTARTS=2", "TORCHELASTIC_MAX_RESTARTS=2"):
+        assert line in res.stdout
+    bad = run_marun([*argv[:3], "--fatal-exit-codes", "3,x", "--", "train.py", *INIT[:2]],
+                    env=env, cwd=tmp_path)  # fmt: skip
+    assert bad.returncode == 2 and "--fatal-exit-codes" in bad.stderr, bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize(

@@ -370,40 +370,6 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(
     assert sorted(os.listdir(script.parent)) == before
 
 
-def test_run_starts_the_rank_s_process_in_its_device_directory(tmp_path: Path) -> None:
-    """`marun run` per device: the one planned process replaces marun (no NPU: a plain script
-    that reports what it was given). The other three devices' marun never run here, so the
-    job's coordination is off (job_port 0); with it, marun would wait for them."""
-    script = tmp_path / "report.py"
-    script.write_text(
-        "import json, os, sys\n"
-        "keys = ('DEVICE_ID', 'ASCEND_DEVICE_ID', 'RANK_ID', 'RANK_SIZE', 'RANK_TABLE_FILE')\n"
-        "print(json.dumps({'cwd': os.getcwd(), 'args': sys.argv[1:],"
-        " **{k: os.environ[k] for k in keys}}))\n"
-    )
-    table = TABLES / "group_list_2x2_rank_id.json"
-    res = run_marun(
-        ["run", "--", script.name, "--lr", "0.1"],
-        env={
-            "RANK_TABLE_FILE": str(table),
-            "RANK_ID": "2",
-            "ASCEND_DEVICE_ID": "0",
-            "MARUN_JOB_PORT": "0",
-        },
-        cwd=tmp_path,
-    )
-    assert res.returncode == 0, res.stderr
-    assert json.loads(res.stdout) == {
-        "cwd": str(tmp_path.resolve() / "device4"),
-        "args": ["--lr", "0.1"],
-        "DEVICE_ID": "4",
-        "ASCEND_DEVICE_ID": "0",
-        "RANK_ID": "2",
-        "RANK_SIZE": "4",
-        "RANK_TABLE_FILE": str(table),
-    }
-
-
 def test_one_card_container_says_which_device_id_a_script_takes(script: Path) -> None:
     """A container that sees one card: the platform gives ASCEND_DEVICE_ID=0 (logical) for the
     rank whose table entry is physical card 5. The process gets both, and the plan says which

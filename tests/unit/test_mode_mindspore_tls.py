@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import free_port, run_marun
+from conftest import run_marun
 from marun.errors import InputError
 from marun.inputs.injected import read_platform
 from marun.inputs.settings import Settings
@@ -32,6 +30,9 @@ NODE_ENV = {
     "VC_WORKER_HOSTS": "127.0.0.1,127.0.0.1",
 }
 PASSWORDS = {"MARUN_MS_CLIENT_PASSWORD": PASSWORD, "MARUN_MS_SERVER_PASSWORD": PASSWORD}
+# The planner reads the certificates with the real `openssl` (their dates, the p12 files): not
+# yet a fact gathered on the platform value (part 12's named gap), so these start it.
+pytestmark = pytest.mark.starts_processes("openssl: the mindspore planner reads certificates")
 
 
 @pytest.fixture(scope="module")
@@ -217,36 +218,6 @@ def test_refusal_is_one_line_and_starts_nothing(tmp_path: Path, certs: Certs) ->
     assert res.stderr.count("\n") == 1 and res.stderr.startswith("marun: error: ms_server_cert")
     assert "wrong" not in res.stderr.replace("'wrong'", "")  # the value is a path, never the pw
     assert not marker.exists() and not (tmp_path / "run").exists()
-
-
-def test_run_writes_the_file_0600_and_the_script_gets_it(tmp_path: Path, certs: Certs) -> None:
-    """One node, one device: marun execs the script, which reads what the snippet reads."""
-    probe = tmp_path / "train.py"
-    probe.write_text(
-        "import json, os, stat\n"
-        "path = os.environ['MARUN_MS_TLS_CONFIG']\n"
-        "print(json.dumps({'mode': stat.S_IMODE(os.stat(path).st_mode),\n"
-        "                  'config': json.load(open(path)),\n"
-        "                  'same': os.environ['MARUN_MS_CLIENT_PASSWORD'] == "
-        f"{PASSWORD!r}}}))\n"
-    )
-    env = {**_cli_env(certs, tmp_path), "MA_NUM_HOSTS": "1", "MA_NUM_GPUS": "1"}
-    env.pop("VC_WORKER_HOSTS")
-    env["MARUN_MS_SCHED_PORT"] = str(free_port())  # the scheduler binds it: not a fixed 8118
-    # One worker, plus the scheduler: supervised, output relayed; read the worker's log.
-    res = run_marun(
-        ["run", "--mode", "mindspore", "--log-dir", "logs", "--", sys.executable, "train.py"],
-        env=env,
-        cwd=tmp_path,
-    )
-    assert res.returncode == 0, res.stderr
-    assert PASSWORD not in res.stdout + res.stderr
-    for log in ("scheduler.log", "worker_0.log"):
-        seen = json.loads((tmp_path / "logs" / log).read_text().strip().splitlines()[-1])
-        assert seen["mode"] == 0o600 and seen["same"] is True
-        assert seen["config"]["ca_cert_path"] == str(certs.ca)
-    config = tmp_path / "run" / "mindspore_tls.json"
-    assert stat.S_IMODE(os.stat(config).st_mode) == 0o600
 
 
 # -- parameter servers ----------------------------------------------------------------------------

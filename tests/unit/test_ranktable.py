@@ -363,26 +363,6 @@ def _later(delay: float, action: Callable[[], None]) -> threading.Thread:
     return thread
 
 
-def test_run_waits_for_an_initializing_table_until_completed(script: Path) -> None:
-    script.write_text(
-        "import os\nprint('DEVICE_ID', os.environ['DEVICE_ID'], os.environ['RANK_SIZE'])\n"
-    )
-    # plan never waits (below); run does, within ranktable_timeout
-    table = script.parent / "rank_table.json"
-    table.write_text(_initializing())
-    completed = (TABLES / "ascend_tutorial_1x8.json").read_text()
-    writer = _later(1.0, lambda: _replace(table, completed))
-    res = run_marun(
-        ["run", "--mode", "ascend", "--", script.name],
-        env={"RANK_TABLE_FILE": str(table), "RANK_ID": "5", "MARUN_RANKTABLE_TIMEOUT": "60"},
-        cwd=script.parent,
-    )
-    writer.join()
-    assert res.returncode == 0, res.stderr
-    assert "DEVICE_ID 5 8" in res.stdout
-    assert "waiting for rank table" in res.stderr
-
-
 def test_run_fails_on_a_table_that_never_completes_after_the_timeout(script: Path) -> None:
     table = script.parent / "rank_table.json"
     table.write_text(_initializing())

@@ -3,9 +3,6 @@ the same table, the same values for well-formed command lines, and typer's answe
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -87,76 +84,3 @@ TYPERS_TO_ANSWER = [
 @pytest.mark.parametrize("argv", TYPERS_TO_ANSWER, ids=[" ".join(a) for a in TYPERS_TO_ANSWER])
 def test_anything_unsure_is_left_to_typer(argv: list[str]) -> None:
     assert parse_run(argv) is None
-
-
-@pytest.mark.parametrize(
-    ("words", "message"),
-    [
-        (["--mode", "Pytorch"], "Invalid value for '--mode'"),
-        (["--nproc-per-node", "four"], "--nproc-per-node='four': expected an integer"),
-        (["--grace-period", "nan"], "--grace-period='nan': expected a number of seconds"),
-    ],
-)
-def test_a_refused_option_gets_the_same_line_on_both_paths(
-    tmp_path: Path, words: list[str], message: str
-) -> None:
-    """Option values are checked by the settings parser on both paths (numbers included); what
-    the hand parser is unsure of goes to typer: either way, one identical line."""
-    argv = ["run", *words, "--", "t.py"]
-    through_main = subprocess.run(
-        [sys.executable, "-m", "marun", *argv],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        check=False,
-    )
-    through_typer = subprocess.run(
-        [sys.executable, "-c", "from marun.cli import main; main()", *argv],
-        check=False,
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-    )
-    assert through_main.returncode == through_typer.returncode == 2
-    assert message in through_main.stderr
-    assert through_main.stderr.count("\n") == 1
-    assert through_main.stderr == through_typer.stderr
-
-
-def test_marun_run_does_not_import_typer(tmp_path: Path) -> None:
-    (tmp_path / "show.py").write_text("import sys; print('typer' in sys.modules)\n")
-    code = (
-        "import sys, marun.entry; sys.argv = ['marun', 'run', '--', 'show.py', '--init_method',"
-        " 'tcp://127.0.0.1:29500']; import os; os.execvpe = lambda *a: (print("
-        "sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'click', 'rich'))),"
-        " sys.exit(0)); marun.entry.main()"
-    )
-    res = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True
-    )
-    assert res.stdout == "[]\n", res.stderr
-
-
-def test_ctrl_c_before_the_job_starts_ends_as_typer_ends_it(tmp_path: Path) -> None:
-    """SIGINT while `marun run` waits (here for node 0's name): exit 130, nothing on stderr."""
-    import signal
-    import time
-
-    from conftest import clean_env
-
-    (tmp_path / "train.py").write_text("")
-    env = clean_env(
-        {"MA_NUM_HOSTS": "2", "MA_NUM_GPUS": "1", "VC_TASK_INDEX": "1",
-         "MA_VJ_NAME": "job.invalid", "MA_TASK_NAME": "worker"}
-    )  # fmt: skip
-    argv = ["run", "--mode", "mindspore", "--nic", "lo", "--", "train.py"]
-    ends = []
-    for start in (["-m", "marun"], ["-c", "from marun.cli import main; main()"]):
-        proc = subprocess.Popen(
-            [sys.executable, *start, *argv], cwd=tmp_path, env=env, stderr=subprocess.PIPE
-        )
-        time.sleep(1.5)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-        ends.append((proc.returncode, err))
-    assert ends[0] == ends[1] == (130, b"")

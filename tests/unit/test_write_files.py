@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_marun
 from marun._files import atomic_write
-from marun.errors import EXIT_BAD_INPUT, InputError
+from marun.errors import InputError
+from marun.exit_codes import BAD_INPUT_EXIT
 from marun.plan.launch_plan import FileSpec
 from marun.runtime.execute import write_files
 
@@ -70,29 +70,9 @@ def test_an_unwritable_path_is_one_line_naming_it(tmp_path: Path) -> None:
     with pytest.raises(InputError) as caught:
         write_files((FileSpec(str(path), "x", 0o644),))
     message = str(caught.value)
-    assert caught.value.exit_code == EXIT_BAD_INPUT
+    assert caught.value.exit_code == BAD_INPUT_EXIT
     assert message.startswith(f"cannot write {path}: Not a directory")
     assert "\n" not in message
-
-
-def test_marun_run_refuses_a_file_it_cannot_write(tmp_path: Path) -> None:
-    """MPI mode writes its hostfile into the run directory: a directory in its place is bad
-    input, reported in one line before anything starts."""
-    (tmp_path / "train.py").write_text("")
-    (tmp_path / "ssh").mkdir()
-    hostfile = tmp_path / "run" / "local" / "hostfile"
-    hostfile.mkdir(parents=True)
-    env = {
-        "MA_NUM_HOSTS": "1",
-        "MA_NUM_GPUS": "1",
-        "MARUN_NIC": "lo",
-        "MARUN_SSH_DIR": str(tmp_path / "ssh"),
-        "MARUN_RUN_DIR": str(tmp_path / "run"),
-    }
-    res = run_marun(["run", "--mode", "mpi", "--", "train.py"], env=env, cwd=tmp_path)
-    assert res.returncode == 2, res.stderr
-    assert res.stderr.startswith(f"marun: error: cannot write {hostfile}: Is a directory")
-    assert res.stderr.count("\n") == 1, res.stderr
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="making a directory another user owns needs root")

@@ -23,6 +23,9 @@ from marun.inputs.settings import Settings
 # The platform's node index, most specific first (the platform's own MPI start script reads them
 # in this order; docs/platform-contract.md).
 TASK_INDEX_VARS = ("MA_TASK_INDEX", "VC_TASK_INDEX", "VK_TASK_INDEX")
+# Volcano's ssh plugin mounts the job's key pair as id_rsa and id_rsa.pub (with authorized_keys
+# and config) into the ssh directory: the key's file name, in one place.
+SSH_KEY = "id_rsa"
 
 
 @dataclass(frozen=True)
@@ -95,16 +98,37 @@ class Platform:
     def run_dir(self) -> str:
         """Where marun writes a run's generated files: the run_dir setting (relative to the
         working directory), else $TMPDIR/marun-<uid>. The one place this is decided."""
-        from marun.inputs.settings import default_run_dir
+        default = os.path.join(self.env.get("TMPDIR") or "/tmp", f"marun-{self.uid}")
+        return os.path.normpath(os.path.join(self.cwd, self.settings.run_dir or default))
 
-        return os.path.join(self.cwd, self.settings.run_dir or default_run_dir(self.env))
+    def home(self) -> str:
+        """This user's home: $HOME, else the passwd entry's (ssh's own `~`), else `/`."""
+        if self.env.get("HOME"):
+            return self.env["HOME"]
+        entry = self.passwd()
+        return entry[1] if entry is not None else "/"
+
+    def passwd(self) -> tuple[str, str] | None:
+        """(login name, home) of `uid` by the passwd database; None where it has no entry."""
+        import pwd
+
+        try:
+            entry = pwd.getpwuid(self.uid)
+        except KeyError:
+            return None
+        return entry.pw_name, entry.pw_dir
 
     def ssh_dir(self) -> str:
         """Where the platform mounts the job's ssh key (Volcano's ssh secret): the ssh_dir
-        setting, else ~/.ssh of this environment's HOME. The one place this is decided (the
-        job secret's key and doctor's key checks read it from here)."""
-        home = self.env.get("HOME") or os.path.expanduser("~")
-        return self.settings.ssh_dir or os.path.join(home, ".ssh")
+        setting (relative to the working directory), else ~/.ssh. The one place this is decided
+        (the job secret's key, MPI's sshd and mpirun, doctor's key checks read it from here)."""
+        if self.settings.ssh_dir:
+            return os.path.normpath(os.path.join(self.cwd, self.settings.ssh_dir))
+        return os.path.join(self.home(), ".ssh")
+
+    def ssh_key(self) -> str:
+        """The platform's private key (SSH_KEY in `ssh_dir`), whether it is there or not."""
+        return os.path.join(self.ssh_dir(), SSH_KEY)
 
 
 def resolve_command(command: Sequence[str], cwd: str, python: str) -> tuple[str, ...]:

@@ -46,6 +46,25 @@ def is_port(value: int) -> bool:
     return PORT_MIN <= value <= PORT_MAX
 
 
+def check_port_number(setting: str, port: int) -> int:
+    """A port setting's value as given (a `Settings` built by hand skips the parser): 1-65535."""
+    if not is_port(port):
+        raise bad_value(
+            setting,
+            port,
+            f"a TCP port in {PORT_MIN}-{PORT_MAX} (config key {setting}, MARUN_{setting.upper()})",
+        )
+    return port
+
+
+def check_positive_seconds(setting: str, value: float) -> float:
+    """A time-out setting that must pass (a wait of 0 s, or nan, would end at once): > 0 and
+    finite. The one check of the time-outs the job's coordination and MPI mode need."""
+    if not 0 < value < math.inf:
+        raise bad_value(setting, value, f"a number of seconds > 0 (MARUN_{setting.upper()})")
+    return value
+
+
 def parse_port(name: str, raw: object, minimum: int = PORT_MIN) -> int:
     return parse_int(name, raw, minimum, PORT_MAX)
 

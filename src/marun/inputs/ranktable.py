@@ -152,7 +152,7 @@ def _short(value: object) -> object:
 
 
 @dataclass
-class _Slot:
+class _DeviceEntry:
     """A device on its way into a Server: where it came from, for error messages."""
 
     server_id: str
@@ -245,7 +245,7 @@ def _by_pod_index(r: _Reader, instances: Sequence[_Instance]) -> list[_Instance]
     return sorted(instances, key=lambda inst: inst.pod_index or 0)
 
 
-def _group_list_slots(r: _Reader, data: Mapping[str, Any]) -> list[_Slot]:
+def _group_list_devices(r: _Reader, data: Mapping[str, Any]) -> list[_DeviceEntry]:
     groups = r.items(data, "group_list", "")
     count = r.integer(data, "group_count", "")
     if count is not None and count != len(groups):
@@ -268,23 +268,23 @@ def _group_list_slots(r: _Reader, data: Mapping[str, Any]) -> list[_Slot]:
     else:
         # davincirun's order: by pod index within a group, group after group.
         instances = [inst for group in per_group for inst in _by_pod_index(r, group)]
-    slots: list[_Slot] = []
+    device_entries: list[_DeviceEntry] = []
     next_rank = 0
     for inst in instances:
         first = next_rank if inst.rank_id is None else inst.rank_id
         host_ip = inst.server_id if is_ip(inst.server_id) else None
         for j, (device_id, device_ip) in enumerate(inst.devices):
             where = f"{inst.where}.devices[{j}]"
-            slots.append(
-                _Slot(
+            device_entries.append(
+                _DeviceEntry(
                     inst.server_id, host_ip, inst.pod_name, device_id, device_ip, first + j, where
                 )
             )
         next_rank = first + len(inst.devices)
-    return slots
+    return device_entries
 
 
-def _server_list_slots(r: _Reader, data: Mapping[str, Any]) -> list[_Slot]:
+def _server_list_devices(r: _Reader, data: Mapping[str, Any]) -> list[_DeviceEntry]:
     servers = r.items(data, "server_list", "")
     count = r.integer(data, "server_count", "")
     if count is not None and count != len(servers):
@@ -292,7 +292,7 @@ def _server_list_slots(r: _Reader, data: Mapping[str, Any]) -> list[_Slot]:
             f"server_count={data['server_count']!r} but server_list has {len(servers)} server(s)"
         )
     seen: dict[str, str] = {}
-    slots: list[_Slot] = []
+    device_entries: list[_DeviceEntry] = []
     for s, raw_server in enumerate(servers):
         swhere = f"server_list[{s}]"
         server = r.obj(raw_server, swhere)
@@ -318,8 +318,8 @@ def _server_list_slots(r: _Reader, data: Mapping[str, Any]) -> list[_Slot]:
         for j, raw_device in enumerate(entries):
             dwhere = f"{swhere}.device[{j}]"
             device = r.obj(raw_device, dwhere)
-            slots.append(
-                _Slot(
+            device_entries.append(
+                _DeviceEntry(
                     server_id,
                     host_ip,
                     "",
@@ -329,41 +329,41 @@ def _server_list_slots(r: _Reader, data: Mapping[str, Any]) -> list[_Slot]:
                     dwhere,
                 )
             )
-    return slots
+    return device_entries
 
 
-def _check_ranks(r: _Reader, slots: Sequence[_Slot]) -> None:
-    if not slots:
+def _check_ranks(r: _Reader, device_entries: Sequence[_DeviceEntry]) -> None:
+    if not device_entries:
         raise r.error("lists no devices: expected at least one device with a rank")
-    by_rank: dict[int, _Slot] = {}
-    for slot in slots:
-        if slot.rank in by_rank:
+    by_rank: dict[int, _DeviceEntry] = {}
+    for dev in device_entries:
+        if dev.rank in by_rank:
             raise r.error(
-                f"rank {slot.rank} is given twice ({by_rank[slot.rank].where} and {slot.where}): "
+                f"rank {dev.rank} is given twice ({by_rank[dev.rank].where} and {dev.where}): "
                 "expected each rank_id once"
             )
-        by_rank[slot.rank] = slot
-    for rank in range(len(slots)):
+        by_rank[dev.rank] = dev
+    for rank in range(len(device_entries)):
         if rank not in by_rank:
             raise r.error(
                 f"rank {rank} is missing (ranks go up to {max(by_rank)}): expected ranks "
-                f"0 to {len(slots) - 1} with no gap"
+                f"0 to {len(device_entries) - 1} with no gap"
             )
-    by_device: dict[tuple[str, int], _Slot] = {}
-    for slot in slots:
-        key = (slot.server_id, slot.device_id)
+    by_device: dict[tuple[str, int], _DeviceEntry] = {}
+    for dev in device_entries:
+        key = (dev.server_id, dev.device_id)
         if key in by_device:
             raise r.error(
-                f"device_id {slot.device_id} appears twice on server {slot.server_id!r} "
-                f"({by_device[key].where} and {slot.where}): expected each device once per server"
+                f"device_id {dev.device_id} appears twice on server {dev.server_id!r} "
+                f"({by_device[key].where} and {dev.where}): expected each device once per server"
             )
-        by_device[key] = slot
+        by_device[key] = dev
 
 
-def _servers(slots: Sequence[_Slot]) -> tuple[Server, ...]:
-    grouped: dict[str, list[_Slot]] = {}
-    for slot in sorted(slots, key=lambda s: s.rank):
-        grouped.setdefault(slot.server_id, []).append(slot)
+def _servers(device_entries: Sequence[_DeviceEntry]) -> tuple[Server, ...]:
+    grouped: dict[str, list[_DeviceEntry]] = {}
+    for dev in sorted(device_entries, key=lambda s: s.rank):
+        grouped.setdefault(dev.server_id, []).append(dev)
     servers = []
     for server_id, members in grouped.items():  # dicts keep insertion order: first-rank order
         pods = tuple(dict.fromkeys(m.pod_name for m in members if m.pod_name))
@@ -414,9 +414,9 @@ def parse_rank_table(text: str, path: str) -> RankTable:
             '("version": "1.0")' + (", found both" if has_groups else ", found neither")
         )
     fmt = GROUP_LIST if has_groups else SERVER_LIST
-    slots = _group_list_slots(r, data) if has_groups else _server_list_slots(r, data)
-    _check_ranks(r, slots)
-    return RankTable(path=path, format=fmt, servers=_servers(slots))
+    device_entries = _group_list_devices(r, data) if has_groups else _server_list_devices(r, data)
+    _check_ranks(r, device_entries)
+    return RankTable(path=path, format=fmt, servers=_servers(device_entries))
 
 
 def read_table_text(path: str) -> str:

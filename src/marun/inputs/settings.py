@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from marun.errors import InputError, bad_value
-from marun.inputs.numbers import MAX_PROCS_PER_NODE, PORT_MAX, parse_int, parse_seconds
+from marun.inputs.numbers import MAX_PROCS_PER_NODE, MAX_SECONDS, PORT_MAX, parse_int, parse_seconds
 from marun.inputs.textfile import parse_guarded, read_input_text
 
 # The ECDHE AES-GCM suites of MindSpore's documented example: MindSpore 2.10 refuses its DHE-RSA
@@ -69,7 +69,13 @@ class Settings:
     log_dir: str | None = None  # default: $MA_LOG_DIR/marun if set, else ./marun_logs
     run_dir: str | None = None  # default: $TMPDIR/marun-<uid>
     grace_period: float = 30.0
-    max_restarts: int = 3
+    # restart rounds (docs/supervision.md, "Restart rounds"): the job's budget of rounds in which
+    # every node stops its ranks and starts them again; 0: the first failure ends the job
+    max_restarts: int = 0
+    fatal_exit_codes: tuple[str, ...] = ()  # exit codes that end the job without a round
+    quick_failure: float = 30.0  # a failure this soon after its round's start, twice: the end
+    # MindSpore process-level recovery (MS_ENABLE_RECOVERY=1): restarts per process
+    recovery_restarts: int = 3
     recovery_wait: float = 30.0
     console_ranks: tuple[str, ...] = ()  # ranks/names shown on marun's stdout; empty: all
 
@@ -79,9 +85,10 @@ FIELDS: Mapping[str, Any] = {f.name: f for f in fields(Settings)}
 INT_RANGES: Mapping[str, tuple[int, int]] = {
     "nproc_per_node": (1, MAX_PROCS_PER_NODE),
     "ms_sched_port": (1024, PORT_MAX),  # MindSpore's range for MS_SCHED_PORT
-    "ms_topo_timeout": (1, 31_536_000),
+    "ms_topo_timeout": (1, int(MAX_SECONDS)),  # seconds, as every time-out: up to a year
     "sshd_port": (1, PORT_MAX),
     "max_restarts": (0, 1_000_000),
+    "recovery_restarts": (0, 1_000_000),
     "ms_server_num": (0, 1024),
     "ms_cert_expire_warning_days": (0, 36_500),
     "job_port": (0, PORT_MAX),  # 0: no coordination
@@ -199,8 +206,3 @@ def load_settings(
         if v is not None:
             values[name], sources[name] = _coerce(name, v, "--" + name.replace("_", "-")), "cli"
     return LoadedSettings(replace(Settings(), **values), path, sources)
-
-
-def default_run_dir(env: Mapping[str, str]) -> str:
-    base = env.get("TMPDIR") or "/tmp"
-    return os.path.join(base, f"marun-{os.getuid()}")

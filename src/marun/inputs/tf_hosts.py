@@ -15,13 +15,15 @@ from __future__ import annotations
 import re
 
 from marun.errors import bad_value
-from marun.inputs.numbers import is_digits, is_port
+from marun.inputs.numbers import PORT_MAX, PORT_MIN, is_digits, is_port
 
 # A DNS name or IPv4 address, or an IPv6 address in brackets (`[::1]:5000`).
 _HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?|\[[0-9A-Fa-f:.]+\]")
 _QUOTES = "\"'"
 HOSTS_VARS = {"ps_hosts": "TF_PS_HOSTS", "worker_hosts": "TF_WORKER_HOSTS"}
-EXPECTED = "a list of HOST:PORT like [job-ps-0.job:5000,job-ps-1.job:5001], port 1-65535"
+EXPECTED = (
+    f"a list of HOST:PORT like [job-ps-0.job:5000,job-ps-1.job:5001], port {PORT_MIN}-{PORT_MAX}"
+)
 
 
 def _unquote(text: str) -> str:

@@ -9,12 +9,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from marun.exit_codes import LOST_EXIT
 from marun.job.phases import JobPhase
 from marun.job.protocol import MAX_LINE
 from marun.job.wire import Conn, CoordinatorWire, MemberState
 from marun.plan.coordination import HEARTBEAT
-
-LOST_EXIT = 1  # a node that vanished, or never arrived
 
 
 class Arrival(CoordinatorWire):
@@ -25,6 +24,7 @@ class Arrival(CoordinatorWire):
     _start_at: float | None
     _log: Callable[..., None]
     _announce: Callable[[str], None]
+    _round_ports: dict[str, int]
 
     def _enter(self, phase: JobPhase) -> None:
         raise NotImplementedError
@@ -108,13 +108,26 @@ class Arrival(CoordinatorWire):
         self._send(member, "welcome", instance=self.instance)
         if self.stopped is not None:
             self._send(member, "stop", **self.stopped)
+        elif self.phase is JobPhase.RESTARTING:
+            if member.stopped_round < self.round:  # it may not have heard (a reconnection)
+                self._send(member, "restart", round=self.round, cause=self._round_cause())
         elif self.start_sent:
-            self._send(member, "start")
+            self._send(member, "start", round=self.round, ports=self._round_ports)
         elif len(self.members) == self.expected:
             self._start_at = time.monotonic()
             self._enter(JobPhase.RUNNING)
             self._log("job_start", nodes=self.coord.nodes)
             self._broadcast("start")
+
+    @property
+    def round(self) -> int:
+        raise NotImplementedError
+
+    def _round_cause(self) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def _rejoin(self, key: tuple[int, int]) -> bool:
+        raise NotImplementedError
 
     def _came_back(
         self, key: tuple[int, int], body: dict[str, Any], old: MemberState | None
@@ -124,9 +137,9 @@ class Arrival(CoordinatorWire):
 
         The one place that decides what a node that comes back does. Before the start: the pod
         was recreated while the job gathered; the new marun takes the old one's place. After
-        the start: the job's ranks cannot take a new node in (no restart rounds yet), so the job
-        fails, naming it; the new marun is taken in and told to stop with everybody else. Part
-        14's restart rounds turn this into a rejoin for the next round."""
+        the start, with a restart round left (or one under way): the new marun joins the round
+        (marun.job.restart_rounds). Otherwise the job's ranks cannot take a new node in, so the
+        job fails, naming it; the new marun is taken in and told to stop with everybody else."""
         leader = old is None
         node = self.coord.leader if leader else key[0]
         host = self.coord.host if leader else str(body.get("host", "?"))[:200]
@@ -135,6 +148,8 @@ class Arrival(CoordinatorWire):
             old.ended = old.outcome = old.exit_code = None
             return
         why = f"node {node} came back after the start: its earlier marun was lost"
+        if old is not None and self._rejoin(key):
+            return  # admitted into the restart round (marun.job.restart_rounds)
         self._log("node_came_back", "error", node=node, slot=key[1], host=host)
         if self.stopped is None:
             self._stop(LOST_EXIT, {"node": node, "host": host, "exit_code": LOST_EXIT, "why": why})

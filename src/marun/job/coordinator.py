@@ -16,7 +16,8 @@ may cost it).
 Who is who: `instance` is a fresh nonce of each marun process (node 0's is the coordinator's).
 A member that says hello with another instance than the one its node had is a new marun on
 that node: `_came_back` decides what that means (before the start: the pod was recreated,
-welcome; after it: a failure of the job, until part 14's restart rounds make it a rejoin).
+welcome; after it: a rejoin in a restart round if there is one, else a failure of the job).
+Restart rounds (`restart`, `stopped`, `running`, `start` with a round): marun.job.restart_rounds.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from marun.job.arrival import LOST_EXIT, Arrival
+from marun.exit_codes import HANG_EXIT, LOST_EXIT
 from marun.job.hang import HangJudge, describe_stacks
 from marun.job.limits import (
     HELLO_WAIT,
@@ -43,15 +44,16 @@ from marun.job.protocol import (
     clean_failure,
     new_nonce,
 )
+from marun.job.restart_rounds import RestartRounds
 from marun.job.wire import TICK, Conn, MemberState
 from marun.plan.coordination import HEARTBEAT, Coordination
+from marun.runtime.rounds import RoundRule
 
-HANG_EXIT = 124  # the job's exit code when the hang watchdog stopped it (docs/supervision.md)
 _DUMP_WAIT = 15.0  # seconds the watchdog waits for every node's stacks
 _STALL = 3 * HEARTBEAT  # the loop runs every TICK: a gap this long means it was not running
 
 
-class Coordinator(Arrival):
+class Coordinator(RestartRounds):
     def __init__(
         self,
         coord: Coordination,
@@ -59,6 +61,8 @@ class Coordinator(Arrival):
         *,
         announce: Callable[[str], None] | None = None,
         log: Callable[..., None] | None = None,
+        rule: RoundRule | None = None,
+        ports: dict[str, str] | None = None,
     ) -> None:
         self.coord = coord
         self._secret = secret
@@ -92,19 +96,29 @@ class Coordinator(Arrival):
         self._last_hb = 0.0
         self._dump_since: float | None = None  # DUMPING: when `dump` went out
         self._hang_why = ""
-        self._hang = (
-            None
-            if coord.hang_timeout is None
-            else HangJudge(
-                coord.hang_timeout,
-                lambda sample: self._broadcast("dump", sample=sample),
-                self._log,
-            )
-        )
+        self._hang: HangJudge | None = None
+        self._new_hang_judge()
+        # Restart rounds (marun.job.restart_rounds); `ports`: round 0's of those that move.
+        self._rule = rule if rule is not None and rule.budget > 0 else None
+        self._ports = dict(ports or {})
+        self._round_ports: dict[str, int] = {}
+        self.rounds: list[dict[str, Any]] = []
+        self._round_since = 0.0
+        self._round_failure: dict[str, Any] = {}
         self._last_run = time.monotonic()
         # Not a phase of the job: another thread's request that this one finish (after DONE).
         self._close_requested = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="marun-coordinator", daemon=True)
+
+    def _new_hang_judge(self) -> None:
+        """A judge with no memory: at the start, and at each restart round's."""
+        if self.coord.hang_timeout is not None:
+            self._hang = HangJudge(
+                self.coord.hang_timeout,
+                lambda sample: self._broadcast("dump", sample=sample),
+                self._log,
+            )
+        self._dump_since = None
 
     @property
     def done_sent(self) -> bool:
@@ -244,7 +258,17 @@ class Coordinator(Arrival):
             if cpu is not None:
                 member.cpu_history.append((member.last_seen, float(cpu)))
         elif kind == "failure":
-            self._failure(clean_failure(body.get("failure") or {}))
+            uptime = body.get("uptime")
+            self._failure(
+                clean_failure(body.get("failure") or {}),
+                body.get("round"),
+                None if uptime is None else float(uptime),
+            )
+        elif kind == "stopped":
+            member.stopped_round = max(member.stopped_round, int(body.get("round", 0)))
+            self._check_round(time.monotonic())
+        elif kind == "running":
+            self._on_running(member, int(body.get("round", 0)), int(body.get("ranks", 0)))
         elif kind == "stacks":
             member.stacks = str(body.get("text", ""))
         elif kind == "end":
@@ -266,11 +290,17 @@ class Coordinator(Arrival):
                     },
                 )
 
-    def _failure(self, failure: dict[str, Any]) -> None:
-        if self.stopped is not None:
-            return
+    def _failure(
+        self, failure: dict[str, Any], round_: int | None = None, uptime: float | None = None
+    ) -> None:
+        if self.stopped is not None or self.phase is JobPhase.RESTARTING:
+            return  # a round under way: its ranks' ends are no failures of the next
+        if round_ is not None and round_ != self.round:
+            return  # said in a round that is over
         code = failure.get("exit_code") or 1
-        self._stop(code if isinstance(code, int) and 0 < code < 256 else 1, failure)
+        code = code if isinstance(code, int) and 0 < code < 256 else 1
+        if not self._restart(code, failure, uptime):
+            self._stop(code, failure)
 
     def _stop(self, code: int, failure: dict[str, Any]) -> None:
         if self.stopped is not None:
@@ -303,25 +333,31 @@ class Coordinator(Arrival):
             if now - self._t0 >= self.coord.arrival_timeout:
                 self._arrival_failed()
             return
-        for member in self.members.values():
+        for member in list(self.members.values()):
             if member.ended is None and now - member.last_seen > self.coord.peer_timeout:
-                if self.stopped is None:
-                    self._stop(
-                        LOST_EXIT,
-                        {
-                            "node": member.node,
-                            "host": member.host,
-                            "exit_code": LOST_EXIT,
-                            "why": f"node {member.node} ({member.host}) lost: no word from its "
-                            f"marun for {self.coord.peer_timeout:g}s",
-                        },
-                    )
-                # It ended when it was last heard of, not when node 0 noticed (node 0 may have
-                # been frozen meanwhile).
-                member.ended = member.last_seen_wall or time.time()
-                member.outcome = "lost"
+                self._lost(member)
+        if self.phase is JobPhase.RESTARTING:
+            self._check_round(now)
+            return
         self._watch_hang(now)
         self._check_done()
+
+    def _lost(self, member: MemberState) -> None:
+        """A node silent for peer_timeout: a restart round, else the job's failure."""
+        failure = {
+            "node": member.node,
+            "host": member.host,
+            "exit_code": LOST_EXIT,
+            "why": f"node {member.node} ({member.host}) lost: no word from its "
+            f"marun for {self.coord.peer_timeout:g}s",
+        }
+        live = self.stopped is None and self.phase is not JobPhase.RESTARTING
+        if live and not self._restart(LOST_EXIT, failure, None):
+            self._stop(LOST_EXIT, failure)
+        # It ended when it was last heard of, not when node 0 noticed (node 0 may have
+        # been frozen meanwhile).
+        member.ended = member.last_seen_wall or time.time()
+        member.outcome = "lost"
 
     def _watch_hang(self, now: float) -> None:
         """marun.job.hang judges; once hung, every node's stacks are gathered (and written into
@@ -345,10 +381,13 @@ class Coordinator(Arrival):
             return
         have = all(m.stacks is not None for m in running)
         if have or now - (self._dump_since or now) >= _DUMP_WAIT:
-            self._stop(
-                HANG_EXIT,
-                {"exit_code": HANG_EXIT, "why": self._hang_why, "stacks": describe_stacks(running)},
-            )
+            failure = {
+                "exit_code": HANG_EXIT,
+                "why": self._hang_why,
+                "stacks": describe_stacks(running),
+            }
+            if not self._restart(HANG_EXIT, failure, None):
+                self._stop(HANG_EXIT, failure)
 
     def _check_done(self) -> None:
         if self.done_sent:
@@ -386,6 +425,7 @@ class Coordinator(Arrival):
                 first_failure=self.first_failure,
                 started_at=self.started_at,
                 refused=self.refused,
+                rounds=self.rounds,
             )
 
     def write_report(self, directory: str) -> str:

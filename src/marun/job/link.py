@@ -11,11 +11,7 @@ from marun.job.coordinator import Coordinator
 from marun.job.member import Member
 from marun.job.protocol import job_secret
 from marun.plan.launch_plan import LaunchPlan
-
-
-def _ssh_key(ssh_dir: str | None) -> str:
-    base = ssh_dir or os.path.join(os.path.expanduser("~"), ".ssh")
-    return os.path.join(base, "id_rsa")
+from marun.runtime.rounds import RoundRule
 
 
 def open_link(plan: LaunchPlan, log: Any) -> Member:
@@ -23,7 +19,7 @@ def open_link(plan: LaunchPlan, log: Any) -> Member:
     coord = plan.coordination
     assert coord is not None
     node = plan.nodes[0]
-    secret = job_secret(os.environ, _ssh_key(coord.ssh_dir) if coord.auth == "ssh-key" else None)
+    secret = job_secret(os.environ, coord.ssh_key)  # the plan's path: Platform.ssh_key()
 
     def emit(event: str, level: str = "info", **fields: Any) -> None:
         with contextlib.suppress(OSError, ValueError):
@@ -36,7 +32,17 @@ def open_link(plan: LaunchPlan, log: Any) -> Member:
             emit("hang_watchdog_without_stacks", "warning", reason=MISSING)
     coordinator = None
     if coord.index == coord.leader and coord.slot == 0:
-        coordinator = Coordinator(coord, secret, log=emit).start()
+        watching = plan.supervision
+        rule = RoundRule(watching.max_restarts, watching.fatal_exit_codes, watching.quick_failure)
+        # The round-0 value of each port that moves per round: node 0's plan has them (the
+        # rendezvous and the scheduler live on node 0).
+        ports = {
+            name: proc.env[name]
+            for proc in node.processes
+            for name in watching.round_ports
+            if name in proc.env
+        }
+        coordinator = Coordinator(coord, secret, log=emit, rule=rule, ports=ports).start()
     return Member(
         coord,
         secret,

@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from marun.job.arrival import LOST_EXIT
+from marun.exit_codes import LOST_EXIT
 from marun.job.coordinator import Coordinator
 from marun.job.cputime import descendants_cpu
 from marun.job.phases import MemberPhase
@@ -70,6 +70,7 @@ class Member:
         # report_end's wait on entering DONE; `_started_at` is when `start` came (None: never).
         self.phase = MemberPhase.WAITING
         self._started_at: float | None = None
+        self._round = 0  # the restart round this node last started (or was told to stop for)
         self._done = threading.Event()
         self._done_code: int | None = None
         self._stop_event: JobEvent | None = None
@@ -112,7 +113,17 @@ class Member:
         self._output_grew = grew
 
     def report_failure(self, failure: dict[str, Any]) -> None:
-        self._send("failure", failure={**failure, "node": self.coord.index, "host": self._host})
+        # The round is this link's (node 0's numbering); `uptime`, the supervisor's.
+        fields = {k: failure[k] for k in ("uptime",) if isinstance(failure.get(k), (int, float))}
+        body = {k: v for k, v in failure.items() if k not in ("round", "uptime")}
+        body.update(node=self.coord.index, host=self._host)
+        self._send("failure", failure=body, round=self._round, **fields)
+
+    def report_stopped(self, round_: int) -> None:
+        self._send("stopped", round=round_)
+
+    def report_running(self, round_: int, ranks: int) -> None:
+        self._send("running", round=round_, ranks=ranks)
 
     def report_stacks(self, text: str) -> None:
         self._send("stacks", text=text)
@@ -151,6 +162,8 @@ class Member:
         order = list(MemberPhase)
         if order.index(phase) > order.index(self.phase):
             self.phase = phase
+        elif phase is MemberPhase.RUNNING and self.phase is MemberPhase.RESTARTING:
+            self.phase = phase  # the one cycle: a restart round's start
         if phase is MemberPhase.DONE:
             self._done.set()
 
@@ -357,10 +370,12 @@ class Member:
             self._say_once(f"node {self.coord.leader}'s marun refused this one: {body.get('why')}")
             self._last_error = f"refused: {body.get('why')}"
         elif kind == "start":
-            if self._started_at is None:
-                self._started_at = time.monotonic()
-                self._enter(MemberPhase.RUNNING)
-                self._push(JobEvent("start", 0, None))
+            self._on_start(body)
+        elif kind == "restart" and int(body.get("round", 0)) > self._round:
+            self._round = int(body["round"])
+            if self._started_at is not None:
+                self._enter(MemberPhase.RESTARTING)
+            self._push(JobEvent("restart", self._round, body.get("cause")))
         elif kind == "stop":
             event = JobEvent("stop", int(body.get("code", LOST_EXIT)), body.get("failure"))
             if self._stop_event is None:
@@ -373,6 +388,26 @@ class Member:
         elif kind == "done":
             self._done_code = int(body.get("code", 0))
             self._enter(MemberPhase.DONE)
+
+    def _on_start(self, body: dict[str, Any]) -> None:
+        """`start` of round 0 or of restart round k, each once; with the round's ports."""
+        round_ = int(body.get("round", 0))
+        if round_ == 0 and self._started_at is not None:
+            return
+        if round_ and self._started_at is not None and self.phase is not MemberPhase.RESTARTING:
+            return  # a reconnection's reminder of the round this node runs
+        if round_ < self._round:
+            return
+        self._round = round_
+        self._started_at = self._started_at or time.monotonic()
+        self._enter(MemberPhase.RUNNING)
+        ports = body.get("ports") or {}
+        clean = {
+            str(k)[:64]: str(v)
+            for k, v in ports.items()
+            if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 65536
+        }
+        self._push(JobEvent("start", round_, {"ports": clean} if round_ else None))
 
     def _say_once(self, why: str) -> None:
         if why not in self._said:
@@ -411,7 +446,7 @@ class Member:
         with self._send_lock:
             sock = self._sock
             if sock is None:
-                if kind in ("failure", "end"):
+                if kind in ("failure", "end", "stopped", "running"):
                     self._queued.append((kind, fields))
                 return
             body.update(peer=self._peer, seq=self._seq_out)

@@ -38,11 +38,14 @@ FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "hello": {"nonce": (str,), "host": (str,), "daemons_only": (bool,), "instance": (str,),
               "leader": (str,), "started": (bool,)},
     "hb": {"idle": _NUMBER, "cpu": _NUMBER},
-    "failure": {"failure": (dict,)},
+    "failure": {"failure": (dict,), "round": (int,), "uptime": _NUMBER},
     "stacks": {"text": (str,)},
     "end": {"outcome": (str,), "exit_code": (int,)},
     "welcome": {"instance": (str,)},
-    "start": {},
+    "start": {"round": (int,), "ports": (dict,)},
+    "restart": {"round": (int,), "cause": (dict, type(None))},
+    "stopped": {"round": (int,)},
+    "running": {"round": (int,), "ranks": (int,)},
     "dump": {"sample": (bool,)},
     "stop": {"code": (int,), "failure": (dict, type(None))},
     "done": {"code": (int,)},
@@ -151,7 +154,8 @@ def fresh(body: Mapping[str, Any], nonce: str, last_seq: int) -> int:
     """The line's sequence number when it answers `nonce` (this side's, for this connection) and
     comes after `last_seq`; ProtocolError otherwise."""
     peer = body.get("peer")
-    if not isinstance(peer, str) or not hmac.compare_digest(peer, nonce):
+    # compare_digest takes ASCII text only (TypeError otherwise): a signed line may hold any.
+    if not isinstance(peer, str) or not peer.isascii() or not hmac.compare_digest(peer, nonce):
         raise ProtocolError("not of this connection (a replayed line, or an older marun)")
     seq = body.get("seq")
     if not isinstance(seq, int) or isinstance(seq, bool) or seq <= last_seq:

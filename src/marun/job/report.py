@@ -11,6 +11,19 @@ from marun.job.wire import MemberState
 from marun.plan.coordination import Coordination
 
 
+def _round(record: dict[str, Any]) -> dict[str, Any]:
+    """A restart round: its cause; when it was detected, when every rank was stopped (the
+    barrier) and when every rank was running again, in wall-clock seconds (time.time()), so
+    that a tool can subtract them."""
+    out = dict(record)
+    for key in ("detected_at", "stopped_at", "running_at"):
+        if record.get(key) is not None:
+            out[key] = round(record[key], 3)
+    if not out.get("stacks"):
+        out.pop("stacks", None)
+    return out
+
+
 def job_report(
     coord: Coordination,
     members: Mapping[tuple[int, int], MemberState],
@@ -19,6 +32,7 @@ def job_report(
     first_failure: dict[str, Any] | None,
     started_at: float,
     refused: int,
+    rounds: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     from marun.runtime.result import iso
 
@@ -50,5 +64,7 @@ def job_report(
         "started": iso(started_at),
         "ended": iso(time.time()),
         "refused_messages": refused,
+        "round": len(rounds or ()),
+        "rounds": [_round(r) for r in rounds or ()],
         "nodes": nodes,
     }

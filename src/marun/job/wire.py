@@ -64,6 +64,11 @@ class MemberState:
     outcome: str | None = None
     exit_code: int | None = None
     stacks: str | None = None
+    # restart rounds (marun.job.restart_rounds): the last round it said `stopped` and `running`
+    # for, and how many ranks it started then
+    stopped_round: int = 0
+    running_round: int = 0
+    ranks: int = 0
 
 
 class CoordinatorWire:

@@ -199,7 +199,7 @@ class Formation:
         self._report = report or (lambda line: None)
         self._stop = stop or threading.Event()
         self._halt = threading.Event()  # tells the checking threads to give up
-        self._ssh_slots = threading.BoundedSemaphore(SSH_AT_ONCE)
+        self._ssh_at_once = threading.BoundedSemaphore(SSH_AT_ONCE)
         self._logins_left = LOGINS  # login slots not yet given to a peer
         self._lock = threading.Lock()
         self._deadline = 0.0
@@ -348,7 +348,7 @@ class Formation:
                 else:
                     self._probe(probe_ssh, check.address)
                     if self._takes_login(check):
-                        with self._ssh_slots:
+                        with self._ssh_at_once:
                             self._ssh_login(check.address)
         except NotReady as exc:
             with self._lock:

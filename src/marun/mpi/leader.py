@@ -32,9 +32,9 @@ from collections.abc import Callable, Sequence
 
 from marun._files import atomic_write, write_all
 from marun.errors import MarunError, bad_value
-from marun.runtime.signals import StopFlag, exit_code_for
+from marun.exit_codes import NO_CLUSTER_EXIT, NOT_FOUND_EXIT, signal_exit
+from marun.runtime.signals import StopFlag
 
-EXIT_NO_CLUSTER = 1
 SHOWN_MISSING = 3  # hosts named in what the other nodes are told when the cluster did not form
 DRAIN_WAIT = 2.0  # after mpirun ends, how long its stderr may stay open (a rank's daemon)
 
@@ -126,7 +126,7 @@ def run_mpirun(argv: Sequence[str]) -> tuple[int, str | None]:
         proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except OSError as exc:
         say(f"cannot start {argv[0]!r}: {exc.strerror}")
-        return 127, None
+        return NOT_FOUND_EXIT, None
     assert proc.stdout is not None and proc.stderr is not None
 
     def to(fd: int, also: Callable[[bytes], None] | None = None) -> Callable[[bytes], None]:
@@ -164,7 +164,7 @@ def run_mpirun(argv: Sequence[str]) -> tuple[int, str | None]:
     code = proc.wait()
     for reader in readers:
         reader.join(DRAIN_WAIT)
-    return (exit_code_for(-code) if code < 0 else code), scanner.first
+    return (signal_exit(-code) if code < 0 else code), scanner.first
 
 
 # -- the whole run ------------------------------------------------------------------------------
@@ -201,7 +201,7 @@ def launch(args: argparse.Namespace, mpirun_argv: Sequence[str]) -> int:
         write_hostfile(args.hostfile, [(a, rest) for a, (_, rest) in zip(addresses, entries)])
     if signals.received is not None:
         say(f"node 0 received {signals.name()} before mpirun")
-        return signals.exit_code() or EXIT_NO_CLUSTER
+        return signals.exit_code() or NO_CLUSTER_EXIT
     code, first = run_mpirun(mpirun_argv)
     interrupted = signals.exit_code()
     status = interrupted if interrupted is not None else code
@@ -236,10 +236,10 @@ def form_cluster(
     except FormationError as exc:
         say(str(exc))
         if exc.interrupted:
-            status = signals.exit_code() or EXIT_NO_CLUSTER
+            status = signals.exit_code() or NO_CLUSTER_EXIT
             reason = f"node 0 received {signals.name()} during cluster formation"
         else:
-            status = EXIT_NO_CLUSTER
+            status = NO_CLUSTER_EXIT
             missing = formation.missing()
             named = [f"{c.label()}: {c.problem}" for c in missing[:SHOWN_MISSING]]
             more = len(missing) - SHOWN_MISSING

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from marun.errors import InputError, bad_value
 from marun.inputs.injected import TASK_INDEX_VARS, Platform
 from marun.inputs.nic import Nic
-from marun.mpi.layout import MpiLayout
+from marun.mpi.setup import MpiSetup
 from marun.redact import is_secret_name, mask_argv
 
 LARGE_CLUSTER_HOSTS = 64  # horovodrun's _LARGE_CLUSTER_THRESHOLD
@@ -48,9 +48,10 @@ _FLAGS.update(
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def hostfile_content(hosts: Sequence[str], slots: int) -> str:
-    """Open MPI's hostfile: one `<host> slots=<n>` line per node, node 0 first."""
-    return "".join(f"{host} slots={slots}\n" for host in hosts)
+def hostfile_content(hosts: Sequence[str], ranks_per_host: int) -> str:
+    """Open MPI's hostfile: one `<host> slots=<n>` line per node, node 0 first (Open MPI's
+    slots are the ranks per host)."""
+    return "".join(f"{host} slots={ranks_per_host}\n" for host in hosts)
 
 
 def _bad_extra(extra: Sequence[str], expected: str) -> InputError:
@@ -78,8 +79,8 @@ def extra_overrides(extra: Sequence[str]) -> frozenset[str]:
         if option in _OWNED:
             raise _bad_extra(
                 extra,
-                f"no {option}: marun sets -np (MA_NUM_HOSTS x slots) and --hostfile (the job's "
-                "hosts)",
+                f"no {option}: marun sets -np (MA_NUM_HOSTS x ranks per host) and --hostfile "
+                "(the job's hosts)",
             )
         if word in _MCA:
             if i + 2 >= len(extra):
@@ -156,10 +157,10 @@ def forwarded_names(platform: Platform) -> tuple[tuple[str, ...], tuple[str, ...
     return unique, tuple(dict.fromkeys(n for n in held if n not in unique))
 
 
-def ssh_options(layout: MpiLayout) -> tuple[str, ...]:
+def ssh_options(setup: MpiSetup) -> tuple[str, ...]:
     """marun's ssh options for mpirun and the leader: the port, the key, and never a prompt."""
     return (
-        *("-p", str(layout.port), "-i", layout.client_key),
+        *("-p", str(setup.port), "-i", setup.client_key),
         *("-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes"),
         *("-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"),
         *("-o", "LogLevel=ERROR", "-o", "ConnectTimeout=10"),
@@ -183,14 +184,14 @@ def mpirun_ssh_options(extra: Sequence[str], ours: Sequence[str]) -> tuple[str, 
 
 def mpirun_argv(
     platform: Platform,
-    layout: MpiLayout,
+    setup: MpiSetup,
     nic: Nic,
     forward: Sequence[str],
     user_argv: Sequence[str],
 ) -> tuple[str, ...]:
     extra = platform.settings.mpirun_extra_args
     overridden = extra_overrides(extra)
-    hosts = len(layout.hosts)
+    hosts = len(setup.hosts)
     # Open MPI's interfaces: by network (CIDR) on several hosts, which holds on every node
     # whatever it calls its interface; by name on one host.
     # A configured list (eth0,bond0) goes as given: Open MPI takes a list of names, and each
@@ -199,7 +200,7 @@ def mpirun_argv(
     if nic.listed:
         peers_net = nic.ifname
     ours: list[tuple[str, tuple[str, ...]]] = [
-        ("mca:plm_rsh_args", ("--mca", "plm_rsh_args", plm_rsh_args(ssh_options(layout)))),
+        ("mca:plm_rsh_args", ("--mca", "plm_rsh_args", plm_rsh_args(ssh_options(setup)))),
     ]
     if platform.is_root():
         ours.append(("allow-run-as-root", ("--allow-run-as-root",)))
@@ -226,12 +227,17 @@ def mpirun_argv(
     # Several hosts: NCCL takes an interface name, not a network, and node 0's name need not be
     # the others' (eth0 here, ib0 there): each rank's NCCL picks its own node's interface.
     ours += [("x:" + name, ("-x", name)) for name in forward]
+    if platform.settings.max_restarts:
+        # Restart rounds: the ranks on every node learn mpirun's round (set anew each round).
+        from marun.plan.launch_plan import BUDGET_VAR, ROUND_VAR
+
+        ours += [("x:" + n, ("-x", n)) for n in (ROUND_VAR, BUDGET_VAR) if n not in forward]
     ours += [
         ("x:" + name, ("-x", f"{name}={value}"))
         for name, value in RANK_DEFAULTS
         if name not in platform.env
     ]
-    argv = ["mpirun", "-np", str(hosts * layout.slots), "--hostfile", layout.hostfile]
+    argv = ["mpirun", "-np", str(hosts * setup.ranks_per_host), "--hostfile", setup.hostfile]
     for key, words in ours:
         if key not in overridden:
             argv += words

@@ -50,10 +50,10 @@ names in marun.mpi.run_dir). Choices a reviewer should know:
   are refused unless they need no quoting: Open MPI splits that string at spaces and would pass
   quotes on to ssh.
 - run_mpi.sh's own variables are honoured as the settings they stand for: `MY_SSHD_PORT` is
-  `sshd_port`, `MY_MPI_SLOTS` the slots per host (`nproc_per_node`), `MY_MPI_BTL_TCP_IF` the
-  `nic` (a comma-separated list, as given, for btl/oob_tcp_if_include). Given together with a
-  different marun setting they are bad input naming both; empty, they are unset (run_mpi.sh
-  skips empty variables, and marun forwards none with `-x NAME` either).
+  `sshd_port`, `MY_MPI_SLOTS` the ranks per host (Open MPI's slots; `nproc_per_node`),
+  `MY_MPI_BTL_TCP_IF` the `nic` (a comma-separated list, as given, for btl/oob_tcp_if_include).
+  Given together with a different marun setting they are bad input naming both; empty, they are
+  unset (run_mpi.sh skips empty variables, and marun forwards none with `-x NAME` either).
 - Options given in `mpirun_extra_args` replace marun's own (an `--mca NAME`, `-x NAME`,
   `--bind-to`, `--map-by` there drops marun's): Open MPI refuses an MCA parameter given twice,
   and a site must be able to override a default (sagemaker-training-toolkit #70). `-np` and the
@@ -67,18 +67,8 @@ from collections.abc import Sequence
 
 from marun._files import find_executable
 from marun.errors import bad_value
-from marun.inputs.injected import Platform
+from marun.inputs.injected import SSH_KEY, Platform
 from marun.inputs.nic import Nic, choose_nic
-from marun.mpi.layout import (
-    MY_MPI_BTL_TCP_IF,
-    MY_MPI_SLOTS,
-    MY_SSHD_PORT,
-    PLATFORM_KEY,
-    MpiLayout,
-    configured_nic,
-    platform_value,
-    read_layout,
-)
 from marun.mpi.mpirun_command import (
     extra_overrides,
     forwarded_names,
@@ -86,6 +76,15 @@ from marun.mpi.mpirun_command import (
     mpirun_argv,
     mpirun_ssh_options,
     ssh_options,
+)
+from marun.mpi.setup import (
+    MY_MPI_BTL_TCP_IF,
+    MY_MPI_SLOTS,
+    MY_SSHD_PORT,
+    MpiSetup,
+    configured_nic,
+    platform_value,
+    read_setup,
 )
 from marun.mpi.sshd_config import render_sshd_config, session_env
 from marun.plan.coordination import JobShape
@@ -101,33 +100,33 @@ def find_sshd(search_path: str | None, extra_dirs: Sequence[str] = SSHD_DIRS) ->
 
 def _notes(
     platform: Platform,
-    layout: MpiLayout,
+    setup: MpiSetup,
     sshd: str | None,
     nic: Nic | None,
     held: Sequence[str],
 ) -> tuple[str, ...]:
-    notes = _cluster_notes(layout, nic)
+    notes = _cluster_notes(setup, nic)
     if sshd is None:
         notes.append(
             "sshd is not on PATH nor in " + ", ".join(SSHD_DIRS) + ": the image needs "
             "openssh-server (the plan shows it as plain 'sshd')"
         )
-    if not layout.platform_key:
-        where = os.path.join(layout.ssh_dir, PLATFORM_KEY)
+    if not setup.platform_key:
+        where = platform.ssh_key()
         notes.append(
-            f"no client key at {where}: marun will generate a per-job key at {layout.client_key} "
-            f"and authorize it in {layout.authorized_keys[1]}"
+            f"no client key at {where}: marun will generate a per-job key at {setup.client_key} "
+            f"and authorize it in {setup.authorized_keys[1]}"
         )
     if held:
         notes.append(
             "not forwarded to the ranks, secret names matched only by a pattern in "
             f"mpi_forward_env: {', '.join(held)} (name one in full to forward it, by name only)"
         )
-    if layout.user is None:
+    if setup.user is None:
         notes.append(f"uid {platform.uid} has no passwd entry: sshd cannot log it in")
     honoured = {
-        MY_SSHD_PORT: f"sshd_port {layout.port}",
-        MY_MPI_SLOTS: f"{layout.slots} slot(s) per host",
+        MY_SSHD_PORT: f"sshd_port {setup.port}",
+        MY_MPI_SLOTS: f"{setup.ranks_per_host} rank(s) per host",
         MY_MPI_BTL_TCP_IF: "the interfaces for btl/oob_tcp_if_include",
     }
     for name, meaning in honoured.items():
@@ -137,14 +136,14 @@ def _notes(
     return tuple(notes)
 
 
-def _cluster_notes(layout: MpiLayout, nic: Nic | None) -> list[str]:
+def _cluster_notes(setup: MpiSetup, nic: Nic | None) -> list[str]:
     """What a job of several nodes does: formation, the other nodes, the interfaces."""
-    hosts = len(layout.hosts)
+    hosts = len(setup.hosts)
     notes: list[str] = []
     if nic is not None and hosts > 1:  # node 0 is in the plan
         from marun.inputs.hosts import is_ip
 
-        named = [h for h in layout.hosts if not is_ip(h)]
+        named = [h for h in setup.hosts if not is_ip(h)]
         listed = (
             "host names"
             if len(named) == hosts
@@ -161,7 +160,7 @@ def _cluster_notes(layout: MpiLayout, nic: Nic | None) -> list[str]:
             f"hostfile lists {listed}: mpi-leader first forms the cluster (every "
             f"{'name resolved and every ' if named else ''}peer's sshd letting node 0 in with "
             "mpirun's own ssh options, all at once, within "
-            f"formation_timeout={layout.formation_timeout:g}s), {then}"
+            f"formation_timeout={setup.formation_timeout:g}s), {then}"
         )
     if hosts > 1:
         others = "node 1 runs" if hosts == 2 else f"nodes 1-{hosts - 1} run"
@@ -189,60 +188,60 @@ def _cluster_notes(layout: MpiLayout, nic: Nic | None) -> list[str]:
     return notes
 
 
-def key_options(platform: Platform, layout: MpiLayout, node_0_here: bool) -> tuple[str, ...]:
+def key_options(platform: Platform, setup: MpiSetup, node_0_here: bool) -> tuple[str, ...]:
     """sshd_bootstrap's key options, after checking the keys the platform mounted: a client key
     ssh would refuse, or no way for node 0 to log in to the other nodes, is bad input."""
     from marun.mpi.ssh_keys import check_private_key, check_readable
 
-    hosts = len(layout.hosts)
-    if not layout.platform_key:
+    hosts = len(setup.hosts)
+    if not setup.platform_key:
         if hosts > 1:
             raise bad_value(
                 "ssh_dir",
-                layout.ssh_dir,
-                f"the platform's ssh key ({PLATFORM_KEY}, {PLATFORM_KEY}.pub, authorized_keys: "
+                setup.ssh_dir,
+                f"the platform's ssh key ({SSH_KEY}, {SSH_KEY}.pub, authorized_keys: "
                 f"Volcano's ssh plugin) for a job of {hosts} nodes; set MARUN_SSH_DIR where it "
                 "is mounted",
             )
-        return ("--new-identity", layout.client_key)
+        return ("--new-identity", setup.client_key)
     if node_0_here:
-        check_private_key(layout.client_key, platform.uid)
-    mounted_authorized = layout.authorized_keys[0]
+        check_private_key(setup.client_key, platform.uid)
+    mounted_authorized = setup.authorized_keys[0]
     if os.path.exists(mounted_authorized):
         check_readable(mounted_authorized, "authorized_keys")
         return ()
-    public = layout.client_key + ".pub"
+    public = setup.client_key + ".pub"
     if os.path.exists(public):
         check_readable(public, "public key file")
         return ("--authorize", public)
     if hosts > 1:
         raise bad_value(
             "ssh_dir",
-            layout.ssh_dir,
-            f"authorized_keys or {PLATFORM_KEY}.pub next to {PLATFORM_KEY}: the other nodes "
+            setup.ssh_dir,
+            f"authorized_keys or {SSH_KEY}.pub next to {SSH_KEY}: the other nodes "
             "must let node 0's key in",
         )
     return ()
 
 
 def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
-    layout = read_layout(platform)
+    setup = read_setup(platform)
     configured, nic_setting = configured_nic(platform)  # checked on every node
     forward, held = forwarded_names(platform)
     extra_overrides(platform.settings.mpirun_extra_args)  # bad input fails on every node
-    rsh_options = mpirun_ssh_options(platform.settings.mpirun_extra_args, ssh_options(layout))
+    rsh_options = mpirun_ssh_options(platform.settings.mpirun_extra_args, ssh_options(setup))
     user_argv = script_argv(platform)
     this_node = platform.node_index()  # checked with --all-nodes too: it is the platform's input
-    indexes = range(len(layout.hosts)) if all_nodes else (this_node,)
+    indexes = range(len(setup.hosts)) if all_nodes else (this_node,)
     nic: Nic | None = None
     if 0 in indexes:
         current = platform.env.get("MA_CURRENT_IP")
         nic = choose_nic(configured, hints=[current] if current else [], setting=nic_setting)
     python = platform.python
-    hosts = len(layout.hosts)
+    hosts = len(setup.hosts)
 
     sshd = find_sshd(platform.env.get("PATH"))
-    sshd_config, sshd_proc = _sshd(platform, layout, sshd, 0 in indexes)
+    sshd_config, sshd_proc = _sshd(platform, setup, sshd, 0 in indexes)
     logs = log_dir(platform)
     nodes = []
     for index in indexes:
@@ -250,17 +249,19 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
         if index == 0:
             assert nic is not None
             node_files += (
-                FileSpec(layout.hostfile, hostfile_content(layout.hosts, layout.slots), 0o644),
+                FileSpec(
+                    setup.hostfile, hostfile_content(setup.hosts, setup.ranks_per_host), 0o644
+                ),
             )
             peers = tuple(f"--ssh-option={word}" for word in rsh_options) if hosts > 1 else ()
             leader = ProcessSpec(
                 name="mpi-leader",
                 argv=(
-                    *(python, "-m", "marun.mpi.leader", "--hostfile", layout.hostfile),
-                    *("--port", str(layout.port), *peers),
-                    *("--formation-timeout", f"{layout.formation_timeout:g}"),
+                    *(python, "-m", "marun.mpi.leader", "--hostfile", setup.hostfile),
+                    *("--port", str(setup.port), *peers),
+                    *("--formation-timeout", f"{setup.formation_timeout:g}"),
                     "--",
-                    *mpirun_argv(platform, layout, nic, forward, user_argv),
+                    *mpirun_argv(platform, setup, nic, forward, user_argv),
                 ),
                 env={},
                 cwd=platform.cwd,
@@ -270,27 +271,27 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
             node_procs: tuple[ProcessSpec, ...] = (sshd_proc, leader)
         else:
             node_procs = (sshd_proc,)  # daemons only: ends with the job
-        nodes.append(NodePlan(index, layout.hosts[index], node_files, node_procs))
-    notes = _notes(platform, layout, sshd, nic, held)
+        nodes.append(NodePlan(index, setup.hosts[index], node_files, node_procs))
+    notes = _notes(platform, setup, sshd, nic, held)
     # Node 0 runs mpirun and leads; the others serve sshd only (MA_NUM_HOSTS nodes).
-    shape = JobShape(host=layout.hosts[0], nodes=hosts, index=this_node)
+    shape = JobShape(host=setup.hosts[0], nodes=hosts, index=this_node)
     return LaunchPlan("mpi", tuple(nodes), notes, shape=shape)
 
 
 def _sshd(
-    platform: Platform, layout: MpiLayout, sshd: str | None, node_0_here: bool
+    platform: Platform, setup: MpiSetup, sshd: str | None, node_0_here: bool
 ) -> tuple[FileSpec, ProcessSpec]:
     """Every node's sshd: its config file and its process (a daemon)."""
     session = session_env(platform.env)
     sshd_config = FileSpec(
-        layout.sshd_config,
+        setup.sshd_config,
         render_sshd_config(
-            port=layout.port,
-            host_key=layout.host_key,
-            pid_file=layout.pid_file,
-            authorized_keys=layout.authorized_keys,
-            hosts=len(layout.hosts),
-            user=layout.user,
+            port=setup.port,
+            host_key=setup.host_key,
+            pid_file=setup.pid_file,
+            authorized_keys=setup.authorized_keys,
+            hosts=len(setup.hosts),
+            user=setup.user,
             set_env=session,
         ),
         0o644,
@@ -298,13 +299,13 @@ def _sshd(
     sshd_proc = ProcessSpec(
         name="sshd",
         argv=(
-            *(platform.python, "-m", "marun.mpi.sshd_bootstrap", "--run-dir", layout.run_dir),
-            *key_options(platform, layout, node_0_here),
-            *("--", sshd or "sshd", "-D", "-e", "-f", layout.sshd_config),
+            *(platform.python, "-m", "marun.mpi.sshd_bootstrap", "--run-dir", setup.run_dir),
+            *key_options(platform, setup, node_0_here),
+            *("--", sshd or "sshd", "-D", "-e", "-f", setup.sshd_config),
         ),
         env={},
-        cwd=layout.run_dir,
-        log=layout.sshd_log,
+        cwd=setup.run_dir,
+        log=setup.sshd_log,
         role="sshd",
         daemon=True,
     )

@@ -26,6 +26,7 @@ import sys
 from collections.abc import Sequence
 
 from marun.errors import MarunError
+from marun.exit_codes import NOT_FOUND_EXIT
 from marun.mpi.helper_argv import split_command
 from marun.mpi.run_dir import AUTHORIZED_KEYS, HOST_KEY, SSHD_CONFIG
 
@@ -73,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.execv(sshd_argv[0], sshd_argv)
     except OSError as exc:
         sys.stderr.write(f"marun: error: cannot start {sshd_argv[0]!r}: {exc.strerror}\n")
-        return 127
+        return NOT_FOUND_EXIT
     return 0  # not reached: execv returns only by raising
 
 

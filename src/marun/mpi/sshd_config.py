@@ -74,9 +74,9 @@ def render_sshd_config(
     from string import Template
 
     from marun.inputs.hosts import is_ip
+    from marun.inputs.numbers import check_port_number
 
-    if not 1 <= port <= 65535:
-        raise bad_value("sshd_port", port, "a TCP port in 1-65535")
+    check_port_number("sshd_port", port)
     if listen_address is not None and not is_ip(listen_address):
         raise bad_value("sshd listen address", listen_address, "an IP address")
     env_words = [quote_word(f"{k}={v}") for k, v in (set_env or {}).items()]

@@ -14,20 +14,15 @@ import os
 
 from marun.errors import InputError, bad_value
 from marun.inputs.injected import Platform
-from marun.inputs.numbers import is_port
+from marun.inputs.numbers import PORT_MAX, PORT_MIN, check_positive_seconds, is_port
 from marun.plan.coordination import HEARTBEAT, MIN_PEER_TIMEOUT, TOKEN_VAR, Coordination, JobShape
 from marun.plan.launch_plan import LaunchPlan
-
-
-def ssh_key_path(platform: Platform) -> str:
-    """Volcano's ssh private key, whose content is the job's secret where no token is set."""
-    return os.path.join(platform.ssh_dir(), "id_rsa")
 
 
 def _auth(platform: Platform) -> str:
     if platform.env.get(TOKEN_VAR):
         return "token"
-    if os.path.isfile(ssh_key_path(platform)):
+    if os.path.isfile(platform.ssh_key()):
         return "ssh-key"
     return "none"
 
@@ -69,8 +64,7 @@ def job_id(
 def _check_settings(platform: Platform) -> None:
     settings = platform.settings
     for name in ("arrival_timeout", "peer_timeout"):
-        if getattr(settings, name) <= 0:
-            raise bad_value(name, getattr(settings, name), "a number of seconds > 0")
+        check_positive_seconds(name, getattr(settings, name))
     if settings.peer_timeout < MIN_PEER_TIMEOUT:
         raise bad_value(
             "peer_timeout",
@@ -78,10 +72,12 @@ def _check_settings(platform: Platform) -> None:
             f"a number of seconds >= {MIN_PEER_TIMEOUT:g} (a heartbeat goes every "
             f"{HEARTBEAT:g}s; a node is lost after missing several)",
         )
-    if settings.hang_timeout is not None and settings.hang_timeout <= 0:
-        raise bad_value("hang_timeout", settings.hang_timeout, "a number of seconds > 0")
+    if settings.hang_timeout is not None:
+        check_positive_seconds("hang_timeout", settings.hang_timeout)
     if not is_port(settings.job_port):
-        raise bad_value("job_port", settings.job_port, "a port 1-65535, or 0 for no coordination")
+        raise bad_value(
+            "job_port", settings.job_port, f"a port {PORT_MIN}-{PORT_MAX}, or 0 for no coordination"
+        )
 
 
 def coordination_for(plan: LaunchPlan, platform: Platform) -> Coordination | None:
@@ -104,6 +100,7 @@ def coordination_for(plan: LaunchPlan, platform: Platform) -> Coordination | Non
 def _section(mode: str, shape: JobShape, platform: Platform) -> Coordination:
     settings = platform.settings
     hosts = _job_hosts(platform, shape.nodes)
+    auth = _auth(platform)
     return Coordination(
         host=shape.host,
         port=settings.job_port,
@@ -125,6 +122,6 @@ def _section(mode: str, shape: JobShape, platform: Platform) -> Coordination:
         arrival_timeout=float(settings.arrival_timeout),
         peer_timeout=float(settings.peer_timeout),
         hang_timeout=None if settings.hang_timeout is None else float(settings.hang_timeout),
-        auth=_auth(platform),
-        ssh_dir=settings.ssh_dir,
+        auth=auth,
+        ssh_key=platform.ssh_key() if auth == "ssh-key" else None,
     )

@@ -61,7 +61,7 @@ class Coordination:
     peer_timeout: float = 60.0
     hang_timeout: float | None = None
     auth: str = "none"  # token (MARUN_JOB_TOKEN), ssh-key (Volcano's ssh secret) or none
-    ssh_dir: str | None = None
+    ssh_key: str | None = None  # Volcano's private key, the secret's source, when auth is ssh-key
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -78,7 +78,7 @@ class Coordination:
             "peer_timeout": self.peer_timeout,
             "hang_timeout": self.hang_timeout,
             "auth": self.auth,
-            "ssh_dir": self.ssh_dir,
+            "ssh_key": self.ssh_key,
         }
 
     def describe(self) -> str:
@@ -108,5 +108,5 @@ def coordination_from_dict(data: Mapping[str, Any]) -> Coordination:
         peer_timeout=float(data.get("peer_timeout", 60.0)),
         hang_timeout=None if hang is None else float(hang),
         auth=str(data.get("auth", "none")),
-        ssh_dir=None if data.get("ssh_dir") is None else str(data["ssh_dir"]),
+        ssh_key=None if data.get("ssh_key") is None else str(data["ssh_key"]),
     )

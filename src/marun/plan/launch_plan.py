@@ -38,7 +38,7 @@ class ProcessSpec:
     sshd, mpirun). `rank` is the job-wide rank where the engine has one. A `daemon` is a process
     that never ends by itself (a TF parameter server, sshd): it is stopped once the others are done
     and its exit does not count toward the job's status. `restart_on_failure`: a non-zero end
-    restarts it (after `Supervision.recovery_wait`, up to `Supervision.max_restarts` times)
+    restarts it (after `Supervision.recovery_wait`, up to `Supervision.recovery_restarts` times)
     instead of failing the job; the planner decides (MindSpore's recovery).
     """
 
@@ -84,10 +84,16 @@ class Supervision:
     of the plan because whether marun stays is what the dry-run must show. `record_dir`: where
     result.json goes (None: the first process's log directory). `prefix_output`: prefix console
     lines with `[node:rank]` (off when the processes are whole `marun run`s that prefix their own).
+
+    Restart rounds (docs/supervision.md, "Restart rounds"): `max_restarts` rounds for the whole
+    job, none for a failure with one of `fatal_exit_codes` or one `quick_failure` seconds after
+    its round's start twice running; in each round the variables named in `round_ports` (the
+    rendezvous or scheduler port, found in the processes' environment) move to a free port.
+    `recovery_restarts`/`recovery_wait`: MindSpore's process-level recovery, one process at a time.
     """
 
     grace_period: float = 30.0
-    max_restarts: int = 3
+    recovery_restarts: int = 3
     recovery_wait: float = 30.0
     console_ranks: tuple[str, ...] = ()
     record_dir: str | None = None
@@ -96,15 +102,26 @@ class Supervision:
     # Off only where the processes stop one another (marun simulate's nodes, which coordinate
     # as one job): stopping the others at the first failure would race their own ending.
     fail_fast: bool = True
+    max_restarts: int = 0
+    fatal_exit_codes: tuple[int, ...] = ()
+    quick_failure: float = 30.0
+    round_ports: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _seconds("grace_period", self.grace_period)
         _seconds("recovery_wait", self.recovery_wait)
-        restarts = self.max_restarts
-        if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
-            raise bad_value(
-                "max_restarts", restarts, f"a whole number >= 0 ({_where('max_restarts')})"
-            )
+        _seconds("quick_failure", self.quick_failure)
+        for name in ("recovery_restarts", "max_restarts"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise bad_value(name, value, f"a whole number >= 0 ({_where(name)})")
+        for code in self.fatal_exit_codes:
+            if isinstance(code, bool) or not isinstance(code, int) or not 1 <= code <= 255:
+                raise bad_value(
+                    "fatal_exit_codes",
+                    code,
+                    f"exit codes 1-255, comma-separated ({_where('fatal_exit_codes')})",
+                )
         ConsoleSelection.parse(self.console_ranks)
 
     @property
@@ -115,6 +132,10 @@ class Supervision:
         return {
             "grace_period": self.grace_period,
             "max_restarts": self.max_restarts,
+            "fatal_exit_codes": list(self.fatal_exit_codes),
+            "quick_failure": self.quick_failure,
+            "round_ports": list(self.round_ports),
+            "recovery_restarts": self.recovery_restarts,
             "recovery_wait": self.recovery_wait,
             # One representation in every format: the default (empty) is `all`.
             "console_ranks": list(self.console_ranks) or ["all"],
@@ -128,7 +149,11 @@ class Supervision:
     def from_dict(cls, data: Mapping[str, Any]) -> Supervision:
         return cls(
             grace_period=float(data["grace_period"]),
-            max_restarts=int(data["max_restarts"]),
+            max_restarts=int(data.get("max_restarts", 0)),
+            fatal_exit_codes=tuple(int(c) for c in data.get("fatal_exit_codes", ())),
+            quick_failure=float(data.get("quick_failure", 30.0)),
+            round_ports=tuple(str(v) for v in data.get("round_ports", ())),
+            recovery_restarts=int(data.get("recovery_restarts", 3)),
             recovery_wait=float(data["recovery_wait"]),
             console_ranks=tuple(
                 r for r in data["console_ranks"] if data["console_ranks"] != ["all"]
@@ -222,16 +247,32 @@ class LaunchPlan:
 def node_execs(plan: LaunchPlan, node: NodePlan) -> bool:
     """Whether `marun run` execs `node`'s plan (marun becomes its process) rather than
     supervising it: one process, not a daemon, not one to restart on failure, on a node that
-    coordinates with no other. The one place this is decided (the plan's notes, its rendering
-    and the runtime ask here); the runtime adds what only it knows (marun as PID 1 never execs),
-    and `--supervise` (Supervision.always_supervise) keeps marun in front."""
+    coordinates with no other, in a job without restart rounds. The one place this is decided
+    (the plan's notes, its rendering and the runtime ask here); the runtime adds what only it
+    knows (marun as PID 1 never execs), and `--supervise` (Supervision.always_supervise) keeps
+    marun in front."""
     procs = node.processes
     return (
         plan.coordination is None
+        and plan.supervision.max_restarts == 0
         and len(procs) == 1
         and not procs[0].daemon
         and not procs[0].restart_on_failure
     )
+
+
+# The variables that tell a process its restart round (marun's, and torchrun's where the process
+# has them: PyTorch mode plans TORCHELASTIC_*).
+ROUND_VAR, BUDGET_VAR = "MARUN_RESTART_COUNT", "MARUN_MAX_RESTARTS"
+_TORCH_ROUND_VARS = ("TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS")
+
+
+def round_env(env: Mapping[str, str], round_: int, budget: int) -> dict[str, str]:
+    """What a process of round `round_` is told, on top of its planned environment."""
+    out = {ROUND_VAR: str(round_), BUDGET_VAR: str(budget)}
+    if _TORCH_ROUND_VARS[0] in env:
+        out.update(zip(_TORCH_ROUND_VARS, (str(round_), str(budget))))
+    return out
 
 
 def execs_lone_process(plan: LaunchPlan) -> bool:

@@ -123,6 +123,20 @@ def _record_dir(plan: LaunchPlan) -> str | None:
     return None if first is None else os.path.dirname(first.log)
 
 
+def _rounds(watching: dict[str, Any]) -> str:
+    """The restart rounds' rule, as `marun run` applies it (docs/supervision.md)."""
+    text = f"max_restarts {watching['max_restarts']} (job-wide rounds"
+    if watching["fatal_exit_codes"]:
+        text += f"; none after exit {','.join(map(str, watching['fatal_exit_codes']))}"
+    text += f"; none after two failures within {watching['quick_failure']:g}s of a round's start"
+    if watching["round_ports"]:
+        text += (
+            f"; each round k >= 1 moves {','.join(watching['round_ports'])} to the first free "
+            "port from its planned value + k, on node 0"
+        )
+    return text + ")"
+
+
 def render_table(plan: LaunchPlan) -> str:
     """Nodes x processes, each with its command, env, cwd and log; then the files written."""
     data = masked_dict(plan)
@@ -140,8 +154,10 @@ def render_table(plan: LaunchPlan) -> str:
     parts = [f"grace_period {watching['grace_period']:g}s"]
     if any(p["restart_on_failure"] for n in data["nodes"] for p in n["processes"]):
         # Only MindSpore recovery restarts anything: elsewhere these two would mean nothing.
-        parts.append(f"max_restarts {watching['max_restarts']}")
+        parts.append(f"recovery_restarts {watching['recovery_restarts']}")
         parts.append(f"recovery_wait {watching['recovery_wait']:g}s")
+    if watching["max_restarts"]:
+        parts.append(_rounds(watching))
     parts.append(f"console_ranks {','.join(watching['console_ranks'])}")
     parts.append(_how_marun_runs(plan))
     out.append("supervision: " + "   ".join(parts))

@@ -37,7 +37,7 @@ def write_files(files: tuple[FileSpec, ...]) -> None:
             ) from None
 
 
-def check_ports(node: NodePlan) -> None:
+def refuse_taken_ports(node: NodePlan) -> None:
     """Every port a process of this node will listen on must be free now: a taken one (another
     job's scheduler, a leftover rank) is bad input, one line, before anything starts, instead of
     the framework's `address already in use` or its rendezvous time-out minutes later."""
@@ -86,7 +86,7 @@ def execute(plan: LaunchPlan, open_link: LinkOpener | None = None) -> int:
     if len(plan.nodes) != 1:
         raise MarunError(f"expected a plan for this node only, got {len(plan.nodes)} nodes")
     node: NodePlan = plan.nodes[0]
-    check_ports(node)
+    refuse_taken_ports(node)
     # As PID 1 (a container's ENTRYPOINT) marun never execs: the kernel gives PID 1 no default
     # signal actions, so a script without its own SIGTERM handler would ignore `docker stop`
     # until the SIGKILL, and nobody would reap orphans. marun stays, relays and reaps (tini's job).

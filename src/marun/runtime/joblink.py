@@ -11,10 +11,11 @@ from typing import Any, Optional, Protocol
 
 @dataclass(frozen=True)
 class JobEvent:
-    """What the leader says: `start` (every node has arrived), `stop` (with the job's exit
-    code and its first failure: node, host, rank, exit code or signal, the last lines of its
-    log, or `why` for a node lost or a hang) or `dump` (the hang watchdog wants every rank's
-    stacks)."""
+    """What the leader says: `start` (every node has arrived; `code` the restart round, 0 the
+    first, `failure` then {"ports": the round's ports}), `restart` (round `code` begins, for the
+    cause in `failure`: every node stops its ranks), `stop` (with the job's exit code and its
+    first failure: node, host, rank, exit code or signal, the last lines of its log, or `why`
+    for a node lost or a hang) or `dump` (the hang watchdog wants every rank's stacks)."""
 
     kind: str
     code: int
@@ -35,7 +36,14 @@ class JobLink(Protocol):
         grew since the last call: activity as well. Asked from the link's own thread, about
         once a second (marun.runtime.direct_log)."""
 
-    def report_failure(self, failure: dict[str, Any]) -> None: ...
+    def report_failure(self, failure: dict[str, Any]) -> None:
+        """A failure on this node; `uptime` in it: seconds since its round's start."""
+
+    def report_stopped(self, round_: int) -> None:
+        """Every rank of this node is gone for round `round_` (the round's barrier)."""
+
+    def report_running(self, round_: int, ranks: int) -> None:
+        """Round `round_`'s `ranks` processes of this node are started."""
 
     def report_stacks(self, text: str) -> None: ...
 

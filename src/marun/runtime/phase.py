@@ -11,21 +11,27 @@ class Phase(Enum):
     ARRIVING  a node of a multi-node job waits for node 0's `start` (every node has arrived):
               nothing runs yet. A stop from node 0 or a stop signal moves on to STOPPING.
     RUNNING   processes start, fail, restart; the first cause of the end moves on to STOPPING.
+    RESTARTING  a restart round (docs/supervision.md): this node's non-daemon processes were sent
+              the stop signal (SIGKILL after grace_period); once they are all gone, ARRIVING
+              for the round's `start` from node 0 (on a job of one node: RUNNING again at once).
     STOPPING  the stop signal was sent to everything; waiting `grace_period` for it to go.
     KILLING   SIGKILL was sent to what was left; waiting up to `KILL_WAIT` for the kernel.
     GAVE_UP   processes outlived SIGKILL (stuck in the kernel): marun stops waiting and ends.
 
     Transitions only go forward: (ARRIVING ->) RUNNING -> STOPPING -> KILLING -> GAVE_UP, and
-    ARRIVING -> STOPPING. The loop ends when no
+    ARRIVING -> STOPPING, RESTARTING -> STOPPING; but for the one cycle of restart rounds,
+    RUNNING -> RESTARTING -> ARRIVING -> RUNNING (or RESTARTING -> RUNNING), each time with a
+    higher round number. The loop ends when no
     child is left in any phase but RUNNING, or at GAVE_UP.
     """
 
     ARRIVING = "arriving"
     RUNNING = "running"
+    RESTARTING = "restarting"
     STOPPING = "stopping"
     KILLING = "killing"
     GAVE_UP = "gave up"
 
 
 # The phases before the stop: a failure, a signal or node 0's stop still decides the end.
-LIVE = (Phase.ARRIVING, Phase.RUNNING)
+LIVE = (Phase.ARRIVING, Phase.RUNNING, Phase.RESTARTING)

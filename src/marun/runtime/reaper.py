@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from marun.runtime.signals import exit_code_for
+from marun.exit_codes import signal_exit
 
 _PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 
@@ -42,7 +42,7 @@ class Ending:
     def from_wait_status(cls, status: int) -> Ending:
         if os.WIFSIGNALED(status):
             sig = os.WTERMSIG(status)
-            return cls(exit_code_for(sig), sig)
+            return cls(signal_exit(sig), sig)
         return cls(os.WEXITSTATUS(status))
 
 
@@ -117,3 +117,20 @@ def direct_children() -> list[tuple[int, int]]:
         return []
     me = os.getpid()
     return [(pid, pgid) for pid, ppid, pgid in _proc_stats() if ppid == me]
+
+
+def descendants(root: int) -> list[int]:
+    """Every living process below `root` as /proc sees it, each before its children ([]
+    without a usable /proc)."""
+    if not _proc_is_ours():
+        return []
+    children: dict[int, list[int]] = {}
+    for pid, ppid, _ in _proc_stats():
+        children.setdefault(ppid, []).append(pid)
+    found: list[int] = []
+    todo = list(children.get(root, ()))
+    while todo:
+        pid = todo.pop(0)
+        found.append(pid)
+        todo.extend(children.get(pid, ()))
+    return found

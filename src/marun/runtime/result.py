@@ -108,6 +108,8 @@ class JobRecord:
     signal: int | None = None
     first_failure: ProcessRecord | None = None
     orphans_reaped: int = 0
+    # Restart rounds this node went through (docs/supervision.md): {round, cause, started}
+    rounds: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         first = self.first_failure
@@ -134,6 +136,8 @@ class JobRecord:
             "ended": iso(self.ended),
             "duration": None if self.ended is None else round(self.ended - self.started, 3),
             "orphans_reaped": self.orphans_reaped,
+            "round": len(self.rounds),
+            "rounds": self.rounds,
             "processes": [p.to_dict() for p in self.processes],
         }
 

@@ -3,8 +3,8 @@ marun's processes (the supervisor, MPI's leader) catch them.
 
 - `STOP`: the signals that stop a job (grace, then SIGKILL), as torchrun's; `PASS_ON`
   (SIGUSR1/SIGUSR2, checkpoint-now conventions) are only passed on. `RELAYED` is both.
-- `exit_code_for(signum)`: 128+N, what a shell reports for a process ended by signal N and what
-  marun exits with when signal N stopped the job.
+- How a signal becomes an exit code (128+N) is `marun.exit_codes.signal_exit`'s, with the job's
+  other exit codes.
 - `install(signums, handler)` is the only place a handler is set; it returns what it replaced,
   for `restore`.
 - Three ways to hear a signal, all through `install`: `SignalPipe` for the supervisor's select
@@ -28,17 +28,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from types import FrameType, TracebackType
 from typing import Callable, Union
 
+from marun.exit_codes import signal_exit
+
 STOP = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 PASS_ON = (signal.SIGUSR1, signal.SIGUSR2)
 RELAYED = (*STOP, *PASS_ON)
 
 Handler = Callable[[int, Union[FrameType, None]], None]
 _Previous = Union[Callable[[int, Union[FrameType, None]], object], int, signal.Handlers, None]
-
-
-def exit_code_for(signum: int) -> int:
-    """The exit code for signal N: 128+N, as a shell reports it."""
-    return 128 + int(signum)
 
 
 def signal_name(signum: int) -> str:
@@ -81,7 +78,7 @@ class StopFlag:
 
     def exit_code(self) -> int | None:
         """128+N once signal N came, else None."""
-        return None if self.received is None else exit_code_for(self.received)
+        return None if self.received is None else signal_exit(self.received)
 
     def name(self) -> str:
         return "" if self.received is None else signal_name(self.received)

@@ -5,7 +5,12 @@ the job's report.
 py-spy takes up to `DUMP_TIMEOUT` seconds a process, so the dumps run in a thread of their own
 (`StackDumps`), never in the supervisor's loop: the loop only notes which processes to dump (pid,
 name, rank, a duplicate of its log's descriptor, which the thread owns and closes) and goes on
-reaping and answering signals. Requests are taken one at a time, in order."""
+reaping and answering signals. Requests are taken one at a time, in order.
+
+A process the plan gives no rank (MPI's mpi-leader and sshd: the ranks run below mpirun on node
+0, below sshd and orted elsewhere) is a launcher: the Python processes below it are dumped too,
+for those are the ranks the watchdog must judge (a busy, silent MPI job was judged hung on the
+launchers' unchanging stacks alone)."""
 
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from pathlib import Path
 
 MISSING = "py-spy is not installed: no stacks (pip install 'marun[hang]')"
 DUMP_TIMEOUT = 10.0  # seconds one `py-spy dump` may take
+MAX_BELOW = 64  # Python processes dumped below one launcher (ranks per node, with room)
 
 
 def py_spy() -> str | None:
@@ -59,6 +65,23 @@ def _dump_one(tool: str | None, pid: int) -> str:
     return (done.stdout + done.stderr).strip()
 
 
+def _is_python(pid: int) -> bool:
+    """The process runs a Python interpreter (its executable's name: python3.11, ...)."""
+    try:
+        return os.path.basename(os.readlink(f"/proc/{pid}/exe")).startswith("python")
+    except OSError:
+        return False
+
+
+def _dump_below(tool: str, target: Target) -> str:
+    """The stacks of the Python processes below a launcher (MPI's ranks), each under a line
+    naming it."""
+    from marun.runtime.reaper import descendants
+
+    below = [pid for pid in descendants(target.pid) if _is_python(pid)][:MAX_BELOW]
+    return "".join(f"\n[below {target.name}: pid {pid}]\n{_dump_one(tool, pid)}" for pid in below)
+
+
 def dump_stacks(targets: Sequence[Target]) -> str:
     """Every target's stacks, written into its log when it has one there (the descriptors are
     closed here)."""
@@ -68,6 +91,8 @@ def dump_stacks(targets: Sequence[Target]) -> str:
     parts: list[str] = []
     for target in targets:
         text = _dump_one(tool, target.pid)
+        if target.rank is None and tool is not None:
+            text += _dump_below(tool, target)
         if target.log_fd is not None:
             block = f"[marun] hang: stacks of {target.name} (pid {target.pid}):\n{text}\n"
             with contextlib.suppress(OSError, ValueError):

@@ -29,7 +29,6 @@ A failure or signal arriving while the job is already stopping changes nothing.
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import os
 import selectors
@@ -41,6 +40,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from marun.errors import bad_value
+from marun.exit_codes import cannot_start_exit
 from marun.plan.launch_plan import LaunchPlan, NodePlan
 from marun.runtime.direct_log import DirectLogs
 from marun.runtime.output import Console, OutputStream, Pump, Relay, new_tail, open_log, widen_pipe
@@ -60,12 +60,12 @@ from marun.runtime.signals import (
     signal_name,
 )
 from marun.runtime.spawn import spawn
+from marun.runtime.supervisor_rounds import SupervisorRounds
 from marun.runtime.supervisor_stop import (
     DRAIN_WAIT,
     OTHERS_MARGIN,
     TAIL_WAIT,
     TICK,
-    SupervisorStop,
 )
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ if TYPE_CHECKING:
     from marun.runtime.joblink import JobEvent, JobLink
 
 
-class Supervisor(SupervisorStop):
+class Supervisor(SupervisorRounds):
     """Runs `node` (one of `plan`'s nodes) under `plan.supervision` to the end: `run()` returns
     marun's exit code. `console` is marun's stdout unless given."""
 
@@ -138,6 +138,7 @@ class Supervisor(SupervisorStop):
         self._tail_on: int | None = None
         if shared_console and coord is not None and (coord.index, coord.slot) != (coord.leader, 0):
             self._tail_on = coord.leader
+        self._init_rounds()
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -182,19 +183,21 @@ class Supervisor(SupervisorStop):
         return self._finish()
 
     def _start_all(self) -> None:
-        if self._phase is Phase.ARRIVING:
-            self._phase = Phase.RUNNING
         self.job.started = time.time()
-        for index in range(len(self._records)):
-            if not self._start(index):
-                break
+        self._start_round(0, {})
         self._log_early_events()
 
     def _on_job(self, events: list[JobEvent]) -> None:
         for event in events:
             if event.kind == "start" and self._phase is Phase.ARRIVING:
-                self._emit("job_started")
-                self._start_all()
+                if event.code == 0 and not self.job.rounds:
+                    self._emit("job_started")
+                    self._start_all()
+                else:  # a restart round's (marun.runtime.supervisor_rounds)
+                    self._start_round(event.code, dict((event.failure or {}).get("ports", {})))
+                    self._log_early_events()
+            elif event.kind == "restart":
+                self._on_restart(event.code, event.failure)
             elif event.kind == "dump" and self._phase is Phase.RUNNING:
                 # code 1: the watchdog's sample (to compare with another): not written to logs
                 self._request_stacks(sample=event.code == 1)
@@ -234,7 +237,7 @@ class Supervisor(SupervisorStop):
     def _timeout(self) -> float:
         now = time.monotonic()
         due = [t - now for t in self._pending.values()]
-        if self._phase in (Phase.STOPPING, Phase.KILLING):
+        if self._phase in (Phase.STOPPING, Phase.KILLING, Phase.RESTARTING):
             due.append(self._deadline - now)
         elif self._others_due is not None:
             due.append(self._others_due - now)
@@ -252,12 +255,12 @@ class Supervisor(SupervisorStop):
             widen_pipe(read_fd)
         now = time.time()
         try:
-            popen = spawn(spec, write_fd)
+            popen = spawn(self._spec_of_round(spec), write_fd)
         except OSError as exc:
             if shown:
                 os.close(read_fd)
             rec.error = f"cannot start {spec.argv[0]!r}: {exc.strerror}"
-            code = 126 if exc.errno in (errno.EACCES, errno.ENOEXEC, errno.EISDIR) else 127
+            code = cannot_start_exit(exc.errno)
             rec.started = rec.started or now
             rec.ended = now
             rec.ending = Ending(code)
@@ -269,6 +272,8 @@ class Supervisor(SupervisorStop):
                 os.close(write_fd)
         self._running[popen.pid] = (rec, popen)
         self._groups.add(popen.pid)
+        if not spec.daemon:
+            self._round_groups.add(popen.pid)
         if shown:
             prefix = (
                 f"[{self._node.index}:{rec.label}] ".encode()
@@ -342,7 +347,7 @@ class Supervisor(SupervisorStop):
             self._children_left = False
 
     def _on_failure(self, rec: ProcessRecord) -> None:
-        if rec.spec.restart_on_failure and rec.restarts < self._options.max_restarts:
+        if rec.spec.restart_on_failure and rec.restarts < self._options.recovery_restarts:
             index = self._records.index(rec)
             self._pending[index] = time.monotonic() + self._options.recovery_wait
             self._emit(
@@ -351,7 +356,7 @@ class Supervisor(SupervisorStop):
                 process=rec.spec.name,
                 rank=rec.spec.rank,
                 restart=rec.restarts + 1,
-                max_restarts=self._options.max_restarts,
+                recovery_restarts=self._options.recovery_restarts,
                 in_seconds=self._options.recovery_wait,
             )
             return
@@ -375,7 +380,9 @@ class Supervisor(SupervisorStop):
             rank=rec.spec.rank,
             status=describe(rec.ending),
         )
-        if self._options.fail_fast:
+        if self._failure_to_round(rec):
+            pass  # a restart round (marun.runtime.supervisor_rounds), or node 0's stop
+        elif self._options.fail_fast:
             self._begin_stop("failure", signal.SIGTERM)
         else:
             self._others_due = time.monotonic() + self._options.grace_period + OTHERS_MARGIN
@@ -393,6 +400,8 @@ class Supervisor(SupervisorStop):
                     "signal": None if rec.ending.signal is None else signal_name(rec.ending.signal),
                     "log": rec.spec.log,
                     "tail": list(rec.tail)[-20:],
+                    "round": self._round,
+                    "uptime": round(self.round_uptime(), 3),
                 }
             )
 
@@ -407,7 +416,7 @@ class Supervisor(SupervisorStop):
                     process=rec.spec.name,
                     rank=rec.spec.rank,
                     restart=rec.restarts + 1,
-                    max_restarts=self._options.max_restarts,
+                    recovery_restarts=self._options.recovery_restarts,
                 )
                 rec.tail.clear()
                 self._start(index)

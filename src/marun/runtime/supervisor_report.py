@@ -12,6 +12,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from marun._files import private_dir
+from marun.exit_codes import signal_exit
 from marun.plan.launch_plan import NodePlan, Supervision
 from marun.runtime.result import (
     JobRecord,
@@ -74,7 +75,7 @@ class SupervisorReport:
         except Interrupted as exc:
             # Stopped while waiting for the rest of the job (the platform ends the pod).
             self._emit("signal_received", "warning", signal=signal_name(exc.signum), phase="end")
-            code = self.job.exit_code or 128 + exc.signum
+            code = self.job.exit_code or signal_exit(exc.signum)
         stop = self._job_stop
         for event in self._link.poll():
             if event.kind == "stop" and stop is None:

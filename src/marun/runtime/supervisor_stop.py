@@ -11,10 +11,11 @@ import signal
 import subprocess
 import time
 
+from marun.exit_codes import signal_exit
 from marun.runtime.phase import LIVE, Phase
 from marun.runtime.reaper import direct_children, live_groups, signal_group
 from marun.runtime.result import ProcessRecord
-from marun.runtime.signals import RELAYED, STOP, exit_code_for, signal_name
+from marun.runtime.signals import RELAYED, STOP, signal_name
 from marun.runtime.supervisor_report import SupervisorReport
 
 KILL_WAIT = 10.0  # after SIGKILL, how long to wait for the kernel to take processes away
@@ -96,7 +97,7 @@ class SupervisorStop(SupervisorReport):
                     self.job.exit_code = 0
                 else:
                     self.job.outcome = "interrupted"
-                    self.job.exit_code = exit_code_for(signum)
+                    self.job.exit_code = signal_exit(signum)
                 self.job.signal = signum
                 before_start = self._phase is Phase.ARRIVING
                 self._begin_stop(f"received {signal_name(signum)}", signum)
@@ -116,7 +117,7 @@ class SupervisorStop(SupervisorReport):
         name = signal_name(signum)
         self._link.report_failure(
             {
-                "exit_code": exit_code_for(signum),
+                "exit_code": signal_exit(signum),
                 "signal": name,
                 "why": f"node {self._node.index} ({self._node.host}) stopped by {name}"
                 + (" before the start" if before_start else ""),

@@ -27,7 +27,7 @@ def outer_supervision(platform: Platform, sim_dir: str, fail_fast: bool = True) 
     settings = platform.settings
     return Supervision(
         grace_period=settings.grace_period,
-        max_restarts=settings.max_restarts,
+        recovery_restarts=settings.recovery_restarts,
         recovery_wait=settings.recovery_wait,
         record_dir=sim_dir,
         always_supervise=True,

@@ -352,9 +352,10 @@ def inner_options(request: SimulateRequest, platform: Platform) -> tuple[str, ..
         words.append("--verbose")
     if settings.console_ranks:
         words += ["--console-ranks", ",".join(settings.console_ranks)]
-    grace = request.settings.get("grace_period")
-    if grace is not None:
-        words += ["--grace-period", str(grace)]
+    for name in ("grace_period", "max_restarts"):
+        value = request.settings.get(name)
+        if value is not None:
+            words += ["--" + name.replace("_", "-"), str(value)]
     return tuple(words)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from marun.errors import InputError, bad_value
-from marun.inputs.injected import Platform
+from marun.inputs.injected import SSH_KEY, Platform
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
 from marun.sim.shared import JOB, outer_supervision, script_words
 
@@ -105,16 +105,17 @@ def _host_process(
 def _ssh_secret(sim_dir: str) -> str:
     """A fresh key pair where Volcano's ssh plugin mounts it in every pod; its directory."""
     from marun._files import private_dir
+    from marun.mpi.run_dir import AUTHORIZED_KEYS
     from marun.mpi.ssh_keys import generate_key, write_authorized_keys
 
     ssh_dir = os.path.join(sim_dir, "ssh")
     private_dir(ssh_dir)
-    key = os.path.join(ssh_dir, "id_rsa")
+    key = os.path.join(ssh_dir, SSH_KEY)
     if os.path.exists(key):
         os.remove(key)
         os.remove(key + ".pub")
     generate_key(key, f"{JOB}-simulated")
-    write_authorized_keys([key + ".pub"], os.path.join(ssh_dir, "authorized_keys"))
+    write_authorized_keys([key + ".pub"], os.path.join(ssh_dir, AUTHORIZED_KEYS))
     return ssh_dir
 
 

@@ -100,8 +100,15 @@ def plan_with(
         return replace(skipped, supervision=watching)
     plan = planner(mode)(platform, all_nodes)
     coordination = None if all_nodes else coordination_for(plan, platform)
+    if watching.max_restarts:
+        plan = with_rounds(replace(plan, supervision=watching))
+        watching = plan.supervision
     notes = plan.notes
-    if not always_supervise and coordination is None and execs_lone_process(plan):
+    if (
+        not always_supervise
+        and coordination is None
+        and execs_lone_process(replace(plan, supervision=watching))
+    ):
         # With --all-nodes too: a one-node job's plan is the same either way, and so is run.
         log = plan.nodes[0].processes[0].log
         notes = (
@@ -111,3 +118,30 @@ def plan_with(
             "written; --supervise keeps marun in front and writes both",
         )
     return replace(plan, supervision=watching, notes=notes, coordination=coordination)
+
+
+# The variables holding a port that a framework binds anew in each round (PyTorch's rendezvous
+# store, MindSpore's scheduler): each round moves them to a port free on the node that binds it.
+ROUND_PORT_VARS = ("MASTER_PORT", "MS_SCHED_PORT")
+
+
+def with_rounds(plan: LaunchPlan) -> LaunchPlan:
+    """A plan with restart rounds: every process is told round 0 and the budget (the supervisor
+    sets the round's number in each later round), and the supervision names the port variables
+    that move from round to round."""
+    from marun.plan.launch_plan import round_env
+
+    budget = plan.supervision.max_restarts
+    ports = tuple(
+        v for v in ROUND_PORT_VARS if any(v in p.env for n in plan.nodes for p in n.processes)
+    )
+    nodes = tuple(
+        replace(
+            node,
+            processes=tuple(
+                replace(p, env={**p.env, **round_env(p.env, 0, budget)}) for p in node.processes
+            ),
+        )
+        for node in plan.nodes
+    )
+    return replace(plan, nodes=nodes, supervision=replace(plan.supervision, round_ports=ports))

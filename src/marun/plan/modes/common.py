@@ -47,12 +47,23 @@ def supervision(platform: Platform, always_supervise: bool = False) -> Supervisi
     settings = platform.settings
     return Supervision(
         grace_period=settings.grace_period,
-        max_restarts=settings.max_restarts,
+        recovery_restarts=settings.recovery_restarts,
         recovery_wait=settings.recovery_wait,
         console_ranks=settings.console_ranks,
         record_dir=log_dir(platform),
         always_supervise=always_supervise,
+        max_restarts=settings.max_restarts,
+        fatal_exit_codes=exit_codes("fatal_exit_codes", settings.fatal_exit_codes),
+        quick_failure=settings.quick_failure,
     )
+
+
+def exit_codes(name: str, words: tuple[str, ...]) -> tuple[int, ...]:
+    """A setting's list of exit codes (1-255), each checked: one line naming the bad one."""
+    from marun.inputs.numbers import parse_int
+
+    where = f"--{name.replace('_', '-')}, MARUN_{name.upper()} or config key {name}"
+    return tuple(parse_int(where, word, 1, 255) for word in words)
 
 
 def pending_table_plan(mode: str, platform: Platform, raw_table: str, then: str) -> LaunchPlan:

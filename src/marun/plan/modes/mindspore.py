@@ -39,7 +39,7 @@ Disaster recovery: with `MS_ENABLE_RECOVERY=1`, `MS_ENABLE_RECOVERY` and `MS_REC
 (required) are set explicitly in every process's env, since MindSpore needs both on every process
 and a restarted process must get them again; the scheduler gets `MS_NODE_ID=sched`, as MindSpore's
 recovery scripts give it. The scheduler and the workers are then `restart_on_failure`: the
-supervisor restarts them (the plan's `max_restarts`, `recovery_wait`) instead of failing fast.
+supervisor restarts them (the plan's `recovery_restarts`, `recovery_wait`) instead of failing fast.
 
 This node's processes also get `GLOO_SOCKET_IFNAME`, `NCCL_SOCKET_IFNAME` and `HCCL_SOCKET_IFNAME`
 (where the user has not set them) naming this node's NIC; other nodes' NICs are theirs to find.

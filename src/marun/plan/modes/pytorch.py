@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from marun.errors import InputError, bad_value
 from marun.inputs.hosts import is_host_name, is_ip
 from marun.inputs.injected import Platform
-from marun.inputs.numbers import MAX_NODES, is_digits, is_port, parse_int
+from marun.inputs.numbers import MAX_NODES, PORT_MAX, PORT_MIN, is_digits, is_port, parse_int
 from marun.plan.coordination import JobShape
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
 from marun.plan.modes.common import log_dir, script_argv, socket_ifname_env
 
 INIT_METHOD_FORM = (
-    "tcp://HOST:PORT with a host name or IP address and a port 1-65535, as the platform appends it"
+    f"tcp://HOST:PORT with a host name or IP address and a port {PORT_MIN}-{PORT_MAX}, as the "
+    "platform appends it"
 )
 SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 

@@ -1,11 +1,10 @@
-"""MPI mode's layout: where its files live, who sshd lets in, the hosts and slots and time-outs,
-read once from the platform and the settings (the same on every node), with run_mpi.sh's own
-variables (MY_SSHD_PORT, MY_MPI_SLOTS, MY_MPI_BTL_TCP_IF) honoured as the settings they stand
-for. Bad input fails here, on every node, before anything starts."""
+"""MPI mode's setup: where its files live, who sshd lets in, the hosts, the ranks per host and
+the time-outs, read once from the platform and the settings (the same on every node), with
+run_mpi.sh's own variables (MY_SSHD_PORT, MY_MPI_SLOTS, MY_MPI_BTL_TCP_IF) honoured as the
+settings they stand for. Bad input fails here, on every node, before anything starts."""
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Sequence
@@ -14,11 +13,18 @@ from dataclasses import dataclass
 from marun.errors import InputError, bad_value, show_value
 from marun.inputs.hosts import node_hosts
 from marun.inputs.injected import Platform
-from marun.inputs.numbers import MAX_PROCS_PER_NODE, parse_int, parse_port
-from marun.inputs.settings import Settings, default_run_dir
+from marun.inputs.numbers import (
+    MAX_PROCS_PER_NODE,
+    PORT_MAX,
+    PORT_MIN,
+    check_port_number,
+    check_positive_seconds,
+    parse_int,
+    parse_port,
+)
+from marun.inputs.settings import Settings
 from marun.mpi import run_dir as run_files
 
-PLATFORM_KEY = "id_rsa"  # what Volcano's ssh plugin mounts, with id_rsa.pub and authorized_keys
 # run_mpi.sh's variables and the marun setting each stands for (docs/mpi.md).
 MY_SSHD_PORT, MY_MPI_SLOTS, MY_MPI_BTL_TCP_IF = "MY_SSHD_PORT", "MY_MPI_SLOTS", "MY_MPI_BTL_TCP_IF"
 _DEFAULT_SSHD_PORT = Settings().sshd_port
@@ -28,7 +34,7 @@ _PLAIN_WORD = re.compile(r"[\w@%+=:,./-]+", re.ASCII)  # what shlex.join leaves 
 
 
 @dataclass(frozen=True)
-class MpiLayout:
+class MpiSetup:
     """Where MPI mode's files live, who sshd lets in, and the job's time-outs: the same on every
     node."""
 
@@ -37,7 +43,7 @@ class MpiLayout:
     user: str | None  # the login name sshd allows (mpirun sshes as the user it runs as)
     port: int
     hosts: tuple[str, ...]
-    slots: int
+    ranks_per_host: int  # Open MPI's slots per host (the hostfile's `slots=`)
     client_key: str  # what mpirun's ssh uses: the platform's key, else the per-job one
     platform_key: bool  # client_key is the platform's mounted key (else marun generates one)
     formation_timeout: float = 600.0
@@ -86,32 +92,6 @@ def _safe_path(setting: str, path: str) -> str:
     return path
 
 
-def _user_and_home(platform: Platform) -> tuple[str | None, str]:
-    import pwd
-
-    try:
-        entry = pwd.getpwuid(platform.uid)
-    except KeyError:
-        return None, platform.env.get("HOME") or "/"
-    return entry.pw_name, entry.pw_dir
-
-
-def check_port(port: int, setting: str = "sshd_port") -> int:
-    if not 1 <= port <= 65535:
-        raise bad_value(
-            setting,
-            port,
-            f"a TCP port in 1-65535 (config key {setting}, MARUN_{setting.upper()})",
-        )
-    return port
-
-
-def check_seconds(value: float, setting: str) -> float:
-    if not 0 < value < math.inf:
-        raise bad_value(setting, value, f"a number of seconds > 0 (MARUN_{setting.upper()})")
-    return value
-
-
 def check_hosts(platform: Platform, hosts: Sequence[str]) -> tuple[str, ...]:
     task_var = "VC_" + platform.task_name().replace("-", "_").upper() + "_HOSTS"
     for i, host in enumerate(hosts):
@@ -140,7 +120,7 @@ def _disagree(name: str, raw: str, setting: str, value: object) -> InputError:
 
 
 def _sshd_port(platform: Platform) -> int:
-    port = check_port(platform.settings.sshd_port)
+    port = check_port_number("sshd_port", platform.settings.sshd_port)
     raw = platform_value(platform, MY_SSHD_PORT)
     if raw is None:
         return port
@@ -150,7 +130,7 @@ def _sshd_port(platform: Platform) -> int:
     return given
 
 
-def _slots(platform: Platform) -> int:
+def _ranks_per_host(platform: Platform) -> int:
     raw = platform_value(platform, MY_MPI_SLOTS)
     if raw is None:
         return platform.devices_per_node()
@@ -172,22 +152,16 @@ def configured_nic(platform: Platform) -> tuple[str | None, str]:
     return raw, MY_MPI_BTL_TCP_IF
 
 
-def read_layout(platform: Platform) -> MpiLayout:
+def read_setup(platform: Platform) -> MpiSetup:
     settings = platform.settings
     job = platform.job_name()
     if job is not None and (not _JOB.fullmatch(job) or job in (".", "..")):
         raise bad_value("MA_VJ_NAME", job, "a job name of letters, digits, '.', '-', '_'")
-    if settings.run_dir:
-        base = _safe_path("run_dir", os.path.join(platform.cwd, settings.run_dir))
-    else:
-        base = _safe_path("TMPDIR", default_run_dir(platform.env))
-    user, home = _user_and_home(platform)
-    if settings.ssh_dir:
-        ssh_dir = _safe_path("ssh_dir", os.path.join(platform.cwd, settings.ssh_dir))
-    else:
-        ssh_dir = _safe_path("ssh_dir", os.path.join(home, ".ssh"))
+    base = _safe_path("run_dir" if settings.run_dir else "TMPDIR", platform.run_dir())
+    entry = platform.passwd()
+    ssh_dir = _safe_path("ssh_dir", platform.ssh_dir())
     run_dir = os.path.normpath(os.path.join(base, job or "local"))
-    mounted = os.path.join(ssh_dir, PLATFORM_KEY)
+    mounted = platform.ssh_key()
     platform_key = os.path.isfile(mounted)
     port = _sshd_port(platform)
     if settings.job_port == port:
@@ -198,18 +172,18 @@ def read_layout(platform: Platform) -> MpiLayout:
         raise bad_value(
             "job_port",
             0,
-            f"a port 1-65535 for an MPI job of {len(hosts)} nodes (the other "
+            f"a port {PORT_MIN}-{PORT_MAX} for an MPI job of {len(hosts)} nodes (the other "
             "nodes end with the job by its coordination; 0 turns it off)",
         )
-    return MpiLayout(
+    return MpiSetup(
         run_dir=run_dir,
-        ssh_dir=os.path.normpath(ssh_dir),
-        user=user,
+        ssh_dir=ssh_dir,
+        user=None if entry is None else entry[0],
         port=port,
         hosts=hosts,
-        slots=_slots(platform),
+        ranks_per_host=_ranks_per_host(platform),
         client_key=mounted if platform_key else os.path.join(run_dir, run_files.JOB_KEY),
         platform_key=platform_key,
-        formation_timeout=check_seconds(settings.formation_timeout, "formation_timeout"),
-        peer_timeout=check_seconds(settings.peer_timeout, "peer_timeout"),
+        formation_timeout=check_positive_seconds("formation_timeout", settings.formation_timeout),
+        peer_timeout=check_positive_seconds("peer_timeout", settings.peer_timeout),
     )

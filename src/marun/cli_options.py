@@ -1,0 +1,147 @@
+"""The options `marun plan` and `marun run` share (and the choices of `--mode` and `--format`):
+one declaration each, so that the two commands cannot drift (tests/unit/test_run_argv.py checks
+them against marun.run_argv's typer-free parser)."""
+
+# No `from __future__ import annotations` here: typer reads these annotations at run time, and
+# marun runs under Python 3.9, where `str | None` cannot be evaluated.
+from enum import Enum
+from typing import Annotated, Optional
+
+import typer
+
+
+class Mode(str, Enum):
+    auto = "auto"
+    ascend = "ascend"
+    mindspore = "mindspore"
+    pytorch = "pytorch"
+    tensorflow = "tensorflow"
+    mpi = "mpi"
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+CommandArg = Annotated[
+    Optional[list[str]], typer.Argument(help="SCRIPT [ARGS...]: a .py file or a command")
+]
+ModeOpt = Annotated[
+    Mode, typer.Option("--mode", help="launch mode; auto reads the platform's hints")
+]
+ConfigOpt = Annotated[
+    Optional[str],
+    typer.Option("--config", help="YAML settings file (else $MARUN_CONFIG, ./marun.yaml)"),
+]
+NprocOpt = Annotated[
+    Optional[str],
+    typer.Option("--nproc-per-node", metavar="N", help="processes per node (default MA_NUM_GPUS)"),
+]
+PerNodeOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--per-node/--per-device", help="ascend: start file runs once per node / per device"
+    ),
+]
+KeepOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--keep-platform-args", help="pass the platform's appended arguments on to the script"
+    ),
+]
+NicOpt = Annotated[
+    Optional[str], typer.Option("--nic", help="network interface to use (default: detected)")
+]
+LogDirOpt = Annotated[Optional[str], typer.Option("--log-dir", help="per-process log directory")]
+TfChiefOpt = Annotated[
+    Optional[bool], typer.Option("--tf-chief", help="tensorflow: worker 0 becomes the chief")
+]
+# Supervision options: part of the plan (its `supervision`), so `plan` shows and checks them exactly
+# as `run` does, and a `run` command line turns into its dry-run by changing one word.
+ConsoleRanksOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--console-ranks",
+        help="whose output reaches marun's stdout: all (default), none, or e.g. 0,3-5,scheduler;"
+        " log files always get everything",
+    ),
+]
+GraceOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--grace-period",
+        metavar="SECONDS",
+        help="seconds between SIGTERM and SIGKILL (default 30)",
+    ),
+]
+MaxRestartsOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--max-restarts",
+        metavar="N",
+        help="restart rounds for the whole job: on a failure anywhere every node stops its"
+        " ranks and starts them again, up to N times (default 0: the first failure ends the job)",
+    ),
+]
+FatalCodesOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--fatal-exit-codes",
+        metavar="CODES",
+        help="exit codes (e.g. 3,4) that end the job without a restart round",
+    ),
+]
+RecoveryRestartsOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--recovery-restarts",
+        metavar="N",
+        help="MindSpore recovery (MS_ENABLE_RECOVERY=1): restarts per process (default 3)",
+    ),
+]
+VerboseOpt = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        help="marun's own events (process_started, stopping, ...) on the console too; they"
+        " always go to <log dir>/marun-events.log",
+    ),
+]
+SuperviseOpt = Annotated[
+    bool, typer.Option("--supervise", help="supervise even a single process, not exec it")
+]
+RecoveryWaitOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--recovery-wait",
+        metavar="SECONDS",
+        help="MindSpore recovery: seconds before a restart (default 30, the scheduler's window)",
+    ),
+]
+ArrivalOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--arrival-timeout",
+        metavar="SECONDS",
+        help="multi-node: seconds node 0 waits for every node to report (default 300)",
+    ),
+]
+PeerOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--peer-timeout",
+        metavar="SECONDS",
+        help="multi-node: seconds of silence after which a node counts as lost (default 60)",
+    ),
+]
+HangOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--hang-timeout",
+        metavar="SECONDS",
+        help="multi-node: seconds without a line from any rank before the job is dumped and "
+        "stopped (default off; stacks need marun[hang])",
+    ),
+]
