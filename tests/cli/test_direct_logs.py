@@ -84,7 +84,7 @@ def test_a_rank_not_shown_still_has_its_last_lines_in_the_summary(tmp_path: Path
     env = {
         "W_DIR": str(tmp_path),
         "MARUN_CONSOLE_RANKS": "none",
-        "MARUN_MAX_RESTARTS": "1",
+        "MARUN_RECOVERY_RESTARTS": "1",  # restarts per process (restart_on_failure)
         "MARUN_RECOVERY_WAIT": "0",
     }
     res = run_plan(tmp_path, [process], env)
@@ -173,3 +173,22 @@ def test_every_node_shows_the_last_lines_of_a_rank_not_shown(tmp_path: Path) -> 
             assert kept == [f"rank 3 says {n}" for n in range(20, 40)], job.report()
     finally:
         job.kill_all()
+
+
+def test_restart_rounds_append_to_the_logs_of_ranks_not_shown(tmp_path: Path) -> None:
+    """Part 14's rounds with no rank shown: each log keeps round 0, the round's marker line and
+    round 1, every rank writing the same descriptor, opened once."""
+    from test_restart_rounds import _job, _rank_log, _run
+
+    job = _job(tmp_path, RANKS_FAIL="4:0")
+    job.options += ["--console-ranks", "none"]
+    assert _run(job) == {0: 0, 1: 0, 2: 0}, job.report()
+    for rank in range(6):
+        log = _rank_log(job, rank // 2, rank)
+        if rank == 4:
+            assert log.startswith("rank 4 round 0 budget 3 torch 0"), log
+        before, marker, after = log.partition("marun: round 1/3 after node 2 rank 4 exit 1")
+        assert marker, log
+        assert f"rank {rank} round 1 passed the rendezvous" in after, log
+        assert "round 1" not in before, log
+    assert "rank 4 round" not in job.nodes[2].output  # not shown: in the logs alone
