@@ -49,7 +49,8 @@ class Arrival(CoordinatorWire):
             # is taken in like any member (so that its end is waited for) and told to stop.
             self._came_back(key, body, None)
         elif old is not None and old.instance and instance != old.instance:
-            talking = old.conn is not None and now - old.last_seen < 3 * HEARTBEAT
+            # Heard within its heartbeat interval and two more seconds (3 s in a small job).
+            talking = old.conn is not None and now - old.last_seen < self.hb_every + 2 * HEARTBEAT
             if talking and old.conn is not conn:
                 # The node's marun is alive and talking: this one is somebody else's (another
                 # job's with the same id and secret, or a second marun started by hand).
@@ -92,15 +93,10 @@ class Arrival(CoordinatorWire):
             conn=conn,
             daemons_only=bool(body.get("daemons_only", False)),
         )
-        self.members[key] = member
+        self.members[key] = member  # counted per node as it goes in (marun.job.roster)
         self._log("node_arrived", node=key[0], slot=key[1], host=member.host)
-        complete = [
-            n
-            for n in range(self.coord.nodes)
-            if all((n, slot) in self.members for slot in range(self.coord.slots))
-        ]
-        if key[0] in complete:  # this node's last device just arrived
-            self._announce(f"marun: {len(complete)}/{self.coord.nodes} nodes up")
+        if self.members.node_complete(key[0]):  # this node's last device just arrived
+            self._announce(f"marun: {self.members.complete}/{self.coord.nodes} nodes up")
         return member
 
     def _welcome(self, member: MemberState) -> None:
@@ -144,9 +140,12 @@ class Arrival(CoordinatorWire):
     def _forget_departed(self) -> None:
         """Before the start, a node whose connection is gone is not present: the barrier waits
         for it again (its marun reconnects, or its pod is recreated); it never opens on a node
-        that left."""
-        for key, member in list(self.members.items()):
-            if member.conn is None and member.ended is None:
+        that left. Only the members whose connection closed since the last look are looked at
+        (marun.job.wire._drop notes them), not every member every tick."""
+        closed, self.members.closed = self.members.closed, set()
+        for key in closed:
+            member = self.members.get(key)
+            if member is not None and member.conn is None and member.ended is None:
                 del self.members[key]
                 self._log("node_departed", "warning", node=key[0], slot=key[1], host=member.host)
 
