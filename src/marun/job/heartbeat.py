@@ -47,5 +47,7 @@ class Beat:
             self._next = now + random.uniform(0.0, self.every)
         if now < self._next:
             return False
-        self._next = max(self._next + self.every, now)
+        self._next += self.every  # on its cadence; after a stall, an interval from now
+        if self._next <= now:
+            self._next = now + self.every
         return True

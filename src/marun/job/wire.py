@@ -408,6 +408,7 @@ class CoordinatorWire:
                 if conn not in self._conns:
                     conn.beating = False
                     continue
+                conn.last_out = max(conn.last_out, now)  # due again an interval after `now`
             self._schedule_beat(conn, conn.last_out + self.hb_every)
 
 
