@@ -15,6 +15,7 @@ from marun.job.wire import Conn, CoordinatorWire, MemberState
 from marun.plan.coordination import HEARTBEAT
 
 LOST_EXIT = 1  # a node that vanished, or never arrived
+ANNOUNCE_GAP = 5.0  # seconds: in a large job, `N/M nodes up` at least this often while they come
 
 
 class Arrival(CoordinatorWire):
@@ -25,6 +26,7 @@ class Arrival(CoordinatorWire):
     _start_at: float | None
     _log: Callable[..., None]
     _announce: Callable[[str], None]
+    _announced_at: float | None = None  # the last `N/M nodes up` (monotonic)
 
     def _enter(self, phase: JobPhase) -> None:
         raise NotImplementedError
@@ -96,8 +98,19 @@ class Arrival(CoordinatorWire):
         self.members[key] = member  # counted per node as it goes in (marun.job.roster)
         self._log("node_arrived", node=key[0], slot=key[1], host=member.host)
         if self.members.node_complete(key[0]):  # this node's last device just arrived
-            self._announce(f"marun: {self.members.complete}/{self.coord.nodes} nodes up")
+            self._nodes_up(now)
         return member
+
+    def _nodes_up(self, now: float) -> None:
+        """`N/M nodes up` on node 0's console: every node in a small job; in a large one each
+        tenth of the job, the last, and any other after ANNOUNCE_GAP without one (a line per
+        node of 1,024 says nothing more)."""
+        up, nodes = self.members.complete, self.coord.nodes
+        step = max(1, nodes // 10)
+        last = self._announced_at
+        if up == nodes or up % step == 0 or last is None or now - last >= ANNOUNCE_GAP:
+            self._announced_at = now
+            self._announce(f"marun: {up}/{nodes} nodes up")
 
     def _welcome(self, member: MemberState) -> None:
         """Tell a member where the job is; the last to arrive opens the barrier (RUNNING)."""
