@@ -51,8 +51,9 @@ def test_the_roster_counts_complete_nodes_whoever_changes_it() -> None:
 
 def test_the_heartbeat_interval_does_not_grow_the_rate_with_the_job() -> None:
     assert heartbeat_interval(3, 60.0) == 1.0  # a small job: one a second, as before
-    assert heartbeat_interval(8192, 3.0) == 1.0  # never less often than 4 per peer_timeout...
-    assert heartbeat_interval(8192, 60.0) == 15.0  # ...and never more than one a second
+    assert heartbeat_interval(8192, 3.0) == 1.0  # never less often than 3 per peer_timeout...
+    assert heartbeat_interval(8192, 60.0) == 20.0  # ...and never more than one a second
+    assert heartbeat_interval(8192, 60.0, 40.0) == 10.0  # 4 CPU figures per hang_timeout
     assert heartbeat_interval(1024, 600.0) == 4.0  # between: about 256 a second into node 0
     small = Coordination(host="h", port=1, nodes=3, index=1, job=JOB)
     beat = Beat(small)
@@ -63,7 +64,7 @@ def test_the_heartbeat_interval_does_not_grow_the_rate_with_the_job() -> None:
         beat = Beat(large)
         first = next(t / 10 for t in range(1000) if beat.due(100.0 + t / 10))
         firsts.append(first)
-        assert not beat.due(first + 100.0 + 14.9) and beat.due(first + 100.0 + 15.0)
+        assert not beat.due(first + 100.0 + 19.9) and beat.due(first + 100.0 + 20.0)
     assert max(firsts) - min(firsts) > 1.0  # spread over the interval, not all at once
 
 

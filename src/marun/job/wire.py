@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from marun.job.heartbeat import heartbeat_interval
+from marun.job.heartbeat import job_interval
 from marun.job.limits import (
     ACCEPTS_PER_WAKE,
     HELLO_WAIT,
@@ -132,7 +132,7 @@ class CoordinatorWire:
         self._beats = []
         self._beat_order = itertools.count()
         # Both sides' heartbeat interval, from what both know (marun.job.heartbeat).
-        self.hb_every = heartbeat_interval(self.expected, self.coord.peer_timeout)
+        self.hb_every = job_interval(self.coord)
         self._hb_line = self._template("hb", {})
         # The tick walks every member (lost nodes, the end): at most every TICK, and in a large
         # job less often (1 s at 8,192 marun processes), so the walks cost what a small job's do.
