@@ -146,6 +146,17 @@ def cpu_seconds(pid: int) -> float:
     return total / 1e9
 
 
+def listen_overflows() -> int:
+    """The kernel's count of connections dropped because a listen queue was full (all of this
+    network namespace's listeners: other programs' too)."""
+    try:
+        with open("/proc/net/netstat") as fh:
+            rows = [line.split() for line in fh if line.startswith("TcpExt:")]
+        return int(dict(zip(rows[0], rows[1]))["ListenOverflows"])
+    except (OSError, IndexError, KeyError, ValueError):
+        return -1
+
+
 def rss_mib(pid: int) -> float:
     with open(f"/proc/{pid}/status") as fh:
         for line in fh:
@@ -327,7 +338,7 @@ async def measure(
             for s in range(slots)
             if (n, s) != (nodes - 1, slots - 1)
         ]
-        cpu0, mine0 = cpu_seconds(node0.pid), time.process_time()
+        cpu0, mine0, drops0 = cpu_seconds(node0.pid), time.process_time(), listen_overflows()
         t0 = time.monotonic()
         deadline = t0 + limit
         tasks = [asyncio.ensure_future(m.run(port, deadline)) for m in lights]
@@ -338,10 +349,11 @@ async def measure(
         res.retries = sum(m.retries for m in lights)
         if WHY:
             res.note = "retries: " + ", ".join(f"{n} {why}" for why, n in WHY.most_common())
+            res.note += f"; listen queue overflows meanwhile: {listen_overflows() - drops0}"
             WHY.clear()
         if not all(m.started for m in lights):
             missing = sum(1 for m in lights if not m.started)
-            res.note = f"{missing} members not started within {limit:g}s"
+            res.note = f"{missing} members not started within {limit:g}s; " + res.note
             return res
         last_connect = max(m.connected for m in lights)
         all_started = max(m.started for m in lights)
