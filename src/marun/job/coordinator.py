@@ -146,7 +146,7 @@ class Coordinator(Arrival):
                     except Exception as exc:  # nothing from the port ends the job
                         self._unexpected(exc, conn)
                 try:
-                    if self._tick_due():  # at most every TICK, not after every batch (wire.py)
+                    if self._tick_due():  # in a large job not after every batch (wire.py)
                         with self._lock:
                             self._tick()
                 except Exception as exc:

@@ -42,8 +42,8 @@ from marun.job.roster import Roster
 from marun.job.signing import Template
 from marun.plan.coordination import Coordination
 
-TICK = 0.2  # the coordinator's loop runs at least this often, and its tick at most this often
-TICK_WALKS = 8192  # marun processes whose walk per tick makes the tick once a second
+TICK = 0.2  # the coordinator's loop (and its tick) runs at least this often
+TICK_WALKS = 8192  # members the tick may walk a second (it walks all: lost nodes, the end)
 _CPU_KEPT = 4096  # heartbeats of CPU figures kept per member (over an hour at one a second)
 
 
@@ -134,9 +134,10 @@ class CoordinatorWire:
         # Both sides' heartbeat interval, from what both know (marun.job.heartbeat).
         self.hb_every = job_interval(self.coord)
         self._hb_line = self._template("hb", {})
-        # The tick walks every member (lost nodes, the end): at most every TICK, and in a large
-        # job less often (1 s at 8,192 marun processes), so the walks cost what a small job's do.
-        self._tick_every = max(TICK, min(1.0, self.expected / TICK_WALKS))
+        # The tick walks every member (lost nodes, the end): after every batch of lines in a
+        # small job (as before), in a larger one as often as TICK_WALKS member visits a second
+        # allow: every 0.125 s at 1,024 marun processes, every second at 8,192.
+        self._tick_every = min(1.0, self.expected / TICK_WALKS)
         self._last_tick = 0.0
 
     @property
@@ -144,8 +145,8 @@ class CoordinatorWire:
         return self.coord.nodes * self.coord.slots
 
     def _tick_due(self) -> bool:
-        """The tick (timeouts, heartbeats, done) runs at most every `_tick_every`, not after
-        every batch of lines: at 8,192 members a batch comes every few milliseconds."""
+        """The tick (timeouts, heartbeats, done) runs at most every `_tick_every`: at 8,192
+        members a batch of lines comes every few milliseconds, and the tick walks them all."""
         now = time.monotonic()
         if now - self._last_tick < self._tick_every:
             return False
