@@ -18,6 +18,7 @@ from typing import Any
 from marun.exit_codes import LOST_EXIT
 from marun.job.coordinator import Coordinator
 from marun.job.cputime import descendants_cpu
+from marun.job.heartbeat import Beat
 from marun.job.phases import MemberPhase
 from marun.job.protocol import (
     LineBuffer,
@@ -28,7 +29,7 @@ from marun.job.protocol import (
     is_nonce,
     new_nonce,
 )
-from marun.plan.coordination import HEARTBEAT, Coordination
+from marun.plan.coordination import Coordination
 from marun.runtime.joblink import JobEvent
 
 _RETRY = 0.5
@@ -204,7 +205,7 @@ class Member:
         # The leader gives up on missing nodes after arrival_timeout; a member whose leader
         # never answers gives up a peer_timeout later, naming it.
         give_up = last_heard + self.coord.arrival_timeout + self.coord.peer_timeout
-        last_hb = 0.0
+        beat = Beat(self.coord)  # the job's heartbeat interval (marun.job.heartbeat)
         while not self._close_requested.is_set():
             now = time.monotonic()
             if self.phase is MemberPhase.WAITING and now >= give_up:
@@ -226,8 +227,7 @@ class Member:
                 else:
                     time.sleep(_RETRY)
                 continue
-            if now - last_hb >= HEARTBEAT:
-                last_hb = now
+            if beat.due(now):
                 self._heartbeat(now)
             if now - last_heard > self.coord.peer_timeout:
                 self._lost(
