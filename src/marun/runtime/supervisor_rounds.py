@@ -213,6 +213,10 @@ class SupervisorRounds(SupervisorStop):
             started += 0 if rec.spec.daemon else 1
         if not self._round:
             return
+        # The console's "all N ranks": processes with a rank (not MindSpore's scheduler); a
+        # node whose processes have none (MPI's mpirun) counts its processes.
+        ranked = sum(1 for r in self._records if r.spec.rank is not None and not r.spec.daemon)
+        started = ranked or started
         if self._link is not None:
             self._link.activity()  # the hang watchdog's silence counts from the round's start
             self._link.report_running(self._round, started)
