@@ -17,7 +17,8 @@ state (over --steady seconds), the stop fan-out (one member sends a failure: tim
 member's `stop`), node 0's RSS, and the real member's CPU share in steady state. Ratios are per
 member against the first size of the run (1.00 = linear in members). Nothing is asserted.
 
-The soft limit on open files is raised to the hard limit (each side holds one descriptor per
+BENCH_PROFILE=FILE: node 0's loop is profiled (cProfile, from 3 s to 23 s after the start) into
+FILE. The soft limit on open files is raised to the hard limit (each side holds one descriptor per
 member).
 
     python bench/coordination.py                       # 64x1, 128x8
@@ -28,7 +29,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import os
+import random
 import resource
 import socket
 import subprocess
@@ -45,31 +48,81 @@ sys.path.insert(
 )
 from marun.job.protocol import ProtocolError, decode, encode, fresh, new_nonce
 
+try:  # the job's heartbeat interval (part 15); a source from before it: one a second
+    from marun.job import heartbeat as _heartbeat
+except ImportError:
+    _heartbeat = None  # type: ignore[assignment]
+
 JOB = "bench-coordination"
 TOKEN = "bench-coordination-secret-0123456789"
 CONNECT_WAIT = 2.0  # the real member's: create_connection and the challenge within 2 s
 RETRY = 0.5  # the real member's pause between tries
+WHY: collections.Counter[str] = collections.Counter()  # retries by cause, for the notes
 
-NODE0 = """\
-import os, sys
+# argv: nodes slots port job peer_timeout beats_per_second (0: marun's own)
+PATCH_BEATS = """\
+if float(sys.argv[6]) > 0:
+    try:
+        import marun.job.heartbeat as hb
+        hb.BEATS_PER_SECOND = float(sys.argv[6])
+    except ImportError:
+        pass
+"""
+
+NODE0 = (
+    """\
+import os, sys, time
 from marun.job.coordinator import Coordinator
 from marun.plan.coordination import Coordination
 nodes, slots, port = map(int, sys.argv[1:4])
+"""
+    + PATCH_BEATS
+    + """\
 coord = Coordination(host="127.0.0.1", port=port, nodes=nodes, index=0, job=sys.argv[4],
-                     slots=slots, arrival_timeout=600.0, peer_timeout=120.0, auth="token")
+                     slots=slots, arrival_timeout=600.0, peer_timeout=float(sys.argv[5]),
+                     auth="token")
+_stop = Coordinator._stop
+def timed_stop(self, code, failure):  # node 0's own part of the fan-out: every stop signed, sent
+    t = time.perf_counter()
+    _stop(self, code, failure)
+    print("stop_sent", time.perf_counter() - t, flush=True)
+Coordinator._stop = timed_stop
+if os.environ.get("BENCH_PROFILE"):  # node 0's loop profiled 3 s to 23 s after the start
+    import cProfile, pstats
+    from marun.job.phases import JobPhase
+    orig, state = Coordinator._tick, {}
+    def _tick(self):  # in the coordinator's thread, where the profile must be enabled
+        now = time.monotonic()
+        if self.phase is JobPhase.RUNNING:
+            state.setdefault("t", now)
+            if "p" not in state and now - state["t"] > 3:
+                state["p"], state["s"] = cProfile.Profile(), now
+                state["p"].enable()
+            elif "p" in state and "done" not in state and now - state["s"] > 20:
+                state["p"].disable()
+                state["done"] = 1
+                with open(os.environ["BENCH_PROFILE"], "w") as out:
+                    pstats.Stats(state["p"], stream=out).sort_stats("tottime").print_stats(30)
+        return orig(self)
+    Coordinator._tick = _tick
 c = Coordinator(coord, os.environ["MARUN_JOB_TOKEN"].encode(), announce=lambda _: None).start()
 print("ready", flush=True)
 sys.stdin.read()
 """
+)
 
-REAL_MEMBER = """\
+REAL_MEMBER = (
+    """\
 import os, sys, time
 from marun.job.member import Member
 from marun.plan.coordination import Coordination
 nodes, slots, port = map(int, sys.argv[1:4])
+"""
+    + PATCH_BEATS
+    + """\
 coord = Coordination(host="127.0.0.1", port=port, nodes=nodes, index=nodes - 1, job=sys.argv[4],
-                     slots=slots, slot=slots - 1, arrival_timeout=600.0, peer_timeout=120.0,
-                     auth="token")
+                     slots=slots, slot=slots - 1, arrival_timeout=600.0,
+                     peer_timeout=float(sys.argv[5]), auth="token")
 m = Member(coord, os.environ["MARUN_JOB_TOKEN"].encode(), "127.0.0.1")
 end = time.monotonic() + 60
 while m._sock is None and time.monotonic() < end:  # connected (bench only: a private field)
@@ -77,6 +130,7 @@ while m._sock is None and time.monotonic() < end:  # connected (bench only: a pr
 print("ready" if m._sock is not None else "not connected", flush=True)
 sys.stdin.read()
 """
+)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -92,12 +146,40 @@ def cpu_seconds(pid: int) -> float:
     return total / 1e9
 
 
+def listen_overflows() -> int:
+    """The kernel's count of connections dropped because a listen queue was full (all of this
+    network namespace's listeners: other programs' too)."""
+    try:
+        with open("/proc/net/netstat") as fh:
+            rows = [line.split() for line in fh if line.startswith("TcpExt:")]
+        return int(dict(zip(rows[0], rows[1]))["ListenOverflows"])
+    except (OSError, IndexError, KeyError, ValueError):
+        return -1
+
+
 def rss_mib(pid: int) -> float:
     with open(f"/proc/{pid}/status") as fh:
         for line in fh:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return 0.0
+
+
+async def connect(
+    port: int, source: tuple[str, int]
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection from `source` to node 0, with no name resolution: open_connection(host,
+    local_addr=...) resolves both addresses in asyncio's thread pool (6 threads here), and 8,191
+    members queued 16,382 look-ups there, so their 2 s ran out before their connect began."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        sock.bind(source)
+        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+    except BaseException:
+        sock.close()
+        raise
+    return await asyncio.open_connection(sock=sock)
 
 
 @dataclass
@@ -107,6 +189,9 @@ class Light:
     node: int
     slot: int
     secret: bytes
+    every: float = 1.0  # heartbeat interval: the job's (marun.job.heartbeat)
+    silent: bool = False  # sends nothing more, keeps its connection (a frozen marun)
+    last_sent: float = 0.0  # monotonic
     connected: float = 0.0  # monotonic: this member's last successful connect
     started: float = 0.0
     stopped: float = 0.0
@@ -127,23 +212,24 @@ class Light:
         self.seq_out += 1
         assert self.writer is not None
         self.writer.write(encode(self.secret, body))
+        self.last_sent = time.monotonic()
 
     async def run(self, port: int, deadline: float) -> None:
         source = (f"127.1.{self.node // 256}.{self.node % 256}", 0)
         while time.monotonic() < deadline:
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection("127.0.0.1", port, local_addr=source), CONNECT_WAIT
-                )
-            except (OSError, asyncio.TimeoutError):
+                reader, writer = await asyncio.wait_for(connect(port, source), CONNECT_WAIT)
+            except (OSError, asyncio.TimeoutError) as exc:
                 self.retries += 1
+                WHY[f"connect: {type(exc).__name__}"] += 1
                 await asyncio.sleep(RETRY)
                 continue
             try:
                 line = await asyncio.wait_for(reader.readline(), CONNECT_WAIT)
                 challenge = decode(self.secret, JOB, line)
-            except (OSError, asyncio.TimeoutError, ProtocolError):
+            except (OSError, asyncio.TimeoutError, ProtocolError) as exc:
                 self.retries += 1
+                WHY[f"challenge: {type(exc).__name__}"] += 1
                 writer.close()
                 await asyncio.sleep(RETRY)
                 continue
@@ -165,12 +251,17 @@ class Light:
                 return
             # Node 0 closed the connection (a send it gave up on): the real member reconnects.
             self.retries += 1
+            WHY["closed by node 0"] += 1
             await asyncio.sleep(RETRY)
 
     async def _heartbeats(self) -> None:
+        # As marun.job.heartbeat.Beat: at once in a small job, else at a random point of the
+        # first interval; then every interval.
+        await asyncio.sleep(random.uniform(0.0, self.every - 1.0))
         while True:
-            await asyncio.sleep(1.0)
-            self.send("hb", idle=0.0)
+            if not self.silent:
+                self.send("hb", idle=0.0)
+            await asyncio.sleep(self.every)
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         while True:
@@ -205,18 +296,33 @@ class Result:
     members_cpu: float = float("nan")  # this process's (the light members') during arrival
     steady_share: float = float("nan")
     stop_fanout: float = float("nan")
+    stop_sent: float = float("nan")  # node 0's time in _stop (signing and handing over)
     rss: float = float("nan")
     member_share: float = float("nan")
+    every: float = 1.0  # the heartbeat interval of the job
+    detection: float = float("nan")  # --lost: silent member's last line -> node 0's stop
     note: str = ""
 
 
-async def measure(nodes: int, slots: int, steady: float, limit: float) -> Result:
+def interval(members: int, peer_timeout: float, beats: float) -> float:
+    if _heartbeat is None:
+        return 1.0
+    if beats > 0:
+        _heartbeat.BEATS_PER_SECOND = beats  # type: ignore[misc]
+    return _heartbeat.heartbeat_interval(members, peer_timeout)
+
+
+async def measure(
+    nodes: int, slots: int, steady: float, limit: float, peer_timeout: float, beats: float,
+    lost: bool,
+) -> Result:  # fmt: skip
     res = Result(f"{nodes}x{slots}", nodes * slots)
+    res.every = interval(nodes * slots, peer_timeout, beats)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = bench_env({"MARUN_JOB_TOKEN": TOKEN})
-    argv = [str(nodes), str(slots), str(port), JOB]
+    argv = [str(nodes), str(slots), str(port), JOB, str(peer_timeout), str(beats)]
     node0 = subprocess.Popen(
         [sys.executable, "-c", NODE0, *argv],
         env=env,
@@ -242,12 +348,12 @@ async def measure(nodes: int, slots: int, steady: float, limit: float) -> Result
             return res
         secret = TOKEN.encode()
         lights = [
-            Light(n, s, secret)
+            Light(n, s, secret, every=res.every)
             for n in range(nodes)
             for s in range(slots)
             if (n, s) != (nodes - 1, slots - 1)
         ]
-        cpu0, mine0 = cpu_seconds(node0.pid), time.process_time()
+        cpu0, mine0, drops0 = cpu_seconds(node0.pid), time.process_time(), listen_overflows()
         t0 = time.monotonic()
         deadline = t0 + limit
         tasks = [asyncio.ensure_future(m.run(port, deadline)) for m in lights]
@@ -256,9 +362,13 @@ async def measure(nodes: int, slots: int, steady: float, limit: float) -> Result
         res.arrival_cpu = cpu_seconds(node0.pid) - cpu0
         res.members_cpu = time.process_time() - mine0
         res.retries = sum(m.retries for m in lights)
+        if WHY:
+            res.note = "retries: " + ", ".join(f"{n} {why}" for why, n in WHY.most_common())
+            res.note += f"; listen queue overflows meanwhile: {listen_overflows() - drops0}"
+            WHY.clear()
         if not all(m.started for m in lights):
             missing = sum(1 for m in lights if not m.started)
-            res.note = f"{missing} members not started within {limit:g}s"
+            res.note = f"{missing} members not started within {limit:g}s; " + res.note
             return res
         last_connect = max(m.connected for m in lights)
         all_started = max(m.started for m in lights)
@@ -271,14 +381,30 @@ async def measure(nodes: int, slots: int, steady: float, limit: float) -> Result
         res.steady_share = (c1 - c0) / (w1 - w0)
         res.member_share = (r1 - r0) / (w1 - w0)
         res.rss = rss_mib(node0.pid)
-        # Fail-fast: the first light member reports a rank's failure; node 0 sends `stop`.
-        failing = lights[0]
-        sent = time.monotonic()
-        failing.send("failure", failure={"node": failing.node, "exit_code": 3, "why": "bench"})
-        await asyncio.wait_for(
-            asyncio.gather(*(m.done.wait() for m in lights)), timeout=max(30.0, limit / 4)
-        )
-        res.stop_fanout = max(m.stopped for m in lights) - sent
+        if lost:
+            # A frozen marun: one member says nothing more and keeps its connection; node 0
+            # must declare it lost peer_timeout after its last line and stop everyone else.
+            frozen = lights[len(lights) // 2]
+            frozen.silent = True
+            others = [m for m in lights if m is not frozen]
+            await asyncio.wait_for(
+                asyncio.gather(*(m.done.wait() for m in others)), timeout=peer_timeout + 60.0
+            )
+            first = min(m.stopped for m in others)
+            res.detection = first - frozen.last_sent
+            res.stop_fanout = max(m.stopped for m in others) - first
+        else:
+            # Fail-fast: the first light member reports a rank's failure; node 0 sends `stop`.
+            failing = lights[0]
+            sent = time.monotonic()
+            failing.send("failure", failure={"node": failing.node, "exit_code": 3, "why": "x"})
+            await asyncio.wait_for(
+                asyncio.gather(*(m.done.wait() for m in lights)), timeout=max(30.0, limit / 4)
+            )
+            res.stop_fanout = max(m.stopped for m in lights) - sent
+        line = node0.stdout.readline().split()
+        if line[:1] == ["stop_sent"]:
+            res.stop_sent = float(line[1])
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -319,6 +445,20 @@ def main() -> int:
         "--steady", type=float, default=10.0, help="seconds of steady state measured"
     )
     parser.add_argument("--limit", type=float, default=180.0, help="seconds allowed for arrival")
+    parser.add_argument(
+        "--peer-timeout", type=float, default=60.0, help="the job's peer_timeout (marun's default)"
+    )
+    parser.add_argument(
+        "--beats-per-second",
+        type=float,
+        default=0.0,
+        help="override marun.job.heartbeat.BEATS_PER_SECOND everywhere (e.g. 1e9: one a second)",
+    )
+    parser.add_argument(
+        "--lost",
+        action="store_true",
+        help="the stop comes from a member that goes silent (lost-node detection), not a failure",
+    )
     args = parser.parse_args()
     sizes = []
     for part in args.sizes.split(","):
@@ -338,12 +478,16 @@ def main() -> int:
     print(f"# {raise_file_limit(max(n * s for n, s in sizes) * 2 + 256)}")
     print(
         f"# steady state over {args.steady:g}s; "
-        f"ratios per member against {sizes[0][0]}x{sizes[0][1]}"
+        f"ratios per member against {sizes[0][0]}x{sizes[0][1]}; peer_timeout "
+        f"{args.peer_timeout:g}s{'; stop from a lost member' if args.lost else ''}"
     )
     results = []
     for n, s in sizes:
         for _ in range(5):  # a free port picked may be taken before node 0 binds it: again
-            res = asyncio.run(measure(n, s, args.steady, args.limit))
+            res = asyncio.run(
+                measure(n, s, args.steady, args.limit, args.peer_timeout,
+                        args.beats_per_second, args.lost)
+            )  # fmt: skip
             if res.note != "node 0 did not start":
                 break
         results.append(res)
@@ -351,8 +495,8 @@ def main() -> int:
     base = results[0]
     header = ("size", "members", "last connect -> all started", "first try -> all started",
               "retries", "node 0 CPU arrival", "per member x", "node 0 steady", "per member x",
-              "stop to last", "node 0 RSS", "real member steady",
-              "light members' CPU arrival")  # fmt: skip
+              "stop to last", "node 0's stop", "node 0 RSS", "real member steady",
+              "light members' CPU arrival", "heartbeat every", "lost after")  # fmt: skip
     print("| " + " | ".join(header) + " |")
     print("|" + " --- |" * len(header))
     for r in results:
@@ -369,8 +513,9 @@ def main() -> int:
         row = (r.size, str(r.members), f"{r.last_connect_to_started:.2f} s",
                f"{r.first_try_to_started:.2f} s", str(r.retries), f"{r.arrival_cpu:.2f} s",
                f"{arr_x:.2f}", f"{100 * r.steady_share:.1f}% of a core", f"{st_x:.2f}",
-               f"{r.stop_fanout:.3f} s", f"{r.rss:.0f} MiB",
-               f"{100 * r.member_share:.2f}% of a core", f"{r.members_cpu:.2f} s")  # fmt: skip
+               f"{r.stop_fanout:.3f} s", f"{r.stop_sent:.3f} s", f"{r.rss:.0f} MiB",
+               f"{100 * r.member_share:.2f}% of a core", f"{r.members_cpu:.2f} s",
+               f"{r.every:g} s", f"{r.detection:.1f} s")  # fmt: skip
         print("| " + " | ".join(row) + " |" + (f" {r.note}" if r.note else ""))
     return 0
 

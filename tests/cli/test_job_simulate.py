@@ -51,3 +51,26 @@ def test_every_mode_arrives_together_and_fails_as_one_job(
     assert len(firsts) == (containers if mode != "ascend" else 4), out
     assert out.count("last lines of its output:") == 1, out
     assert re.search(r"^marun simulate: the job failed, exit code 5 ", out, re.M), out
+
+
+def test_simulate_shows_a_job_of_64_nodes(tmp_path: Path) -> None:
+    """64 containers (one device each): they arrive, one rank's failure stops all 64, each
+    naming it; the plan shows node 0 and the last in full and a line for each between, and
+    node 0 counts the nodes up in tenths, not a line per node."""
+    (tmp_path / "ranks.py").write_text(SCRIPT)
+    res = run_marun(
+        ["simulate", "--mode", "pytorch", "--nodes", "64", "--devices", "1", "--grace-period",
+         "5", "--", "ranks.py", "40"],
+        cwd=tmp_path,
+        timeout=120,
+    )  # fmt: skip
+    out = res.stdout + res.stderr
+    assert res.returncode == 5, out[-5000:]
+    assert "nodes 1 to 62: as node 0, each with its own ranks" in res.stdout, out[-5000:]
+    assert re.search(r"^  node 40  \S+: rank40 \(rank 40\)$", res.stdout, re.M), out[-5000:]
+    ups = re.findall(r"^marun: (\d+)/64 nodes up$", out, re.M)
+    assert ups[-1] == "64" and len(ups) <= 16, ups
+    firsts = re.findall(r"^Job's first failure: node 40 \(\S+\), process rank40 \(rank 40\), "
+                        r"exit code 5", out, re.M)  # fmt: skip
+    assert len(firsts) == 64, out[-5000:]
+    assert re.search(r"^marun simulate: the job failed, exit code 5 ", out, re.M), out[-5000:]

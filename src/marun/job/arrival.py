@@ -15,6 +15,8 @@ from marun.job.protocol import MAX_LINE
 from marun.job.wire import Conn, CoordinatorWire, MemberState
 from marun.plan.coordination import HEARTBEAT
 
+ANNOUNCE_GAP = 5.0  # seconds: in a large job, `N/M nodes up` at least this often while they come
+
 
 class Arrival(CoordinatorWire):
     """The arrival half of `Coordinator` (which sets these and owns the phase)."""
@@ -25,6 +27,7 @@ class Arrival(CoordinatorWire):
     _log: Callable[..., None]
     _announce: Callable[[str], None]
     _round_ports: dict[str, int]
+    _announced_at: float | None = None  # the last `N/M nodes up` (monotonic)
 
     def _enter(self, phase: JobPhase) -> None:
         raise NotImplementedError
@@ -49,7 +52,8 @@ class Arrival(CoordinatorWire):
             # is taken in like any member (so that its end is waited for) and told to stop.
             self._came_back(key, body, None)
         elif old is not None and old.instance and instance != old.instance:
-            talking = old.conn is not None and now - old.last_seen < 3 * HEARTBEAT
+            # Heard within its heartbeat interval and two more seconds (3 s in a small job).
+            talking = old.conn is not None and now - old.last_seen < self.hb_every + 2 * HEARTBEAT
             if talking and old.conn is not conn:
                 # The node's marun is alive and talking: this one is somebody else's (another
                 # job's with the same id and secret, or a second marun started by hand).
@@ -92,16 +96,22 @@ class Arrival(CoordinatorWire):
             conn=conn,
             daemons_only=bool(body.get("daemons_only", False)),
         )
-        self.members[key] = member
+        self.members[key] = member  # counted per node as it goes in (marun.job.roster)
         self._log("node_arrived", node=key[0], slot=key[1], host=member.host)
-        complete = [
-            n
-            for n in range(self.coord.nodes)
-            if all((n, slot) in self.members for slot in range(self.coord.slots))
-        ]
-        if key[0] in complete:  # this node's last device just arrived
-            self._announce(f"marun: {len(complete)}/{self.coord.nodes} nodes up")
+        if self.members.node_complete(key[0]):  # this node's last device just arrived
+            self._nodes_up(now)
         return member
+
+    def _nodes_up(self, now: float) -> None:
+        """`N/M nodes up` on node 0's console: every node in a small job; in a large one each
+        tenth of the job, the last, and any other after ANNOUNCE_GAP without one (a line per
+        node of 1,024 says nothing more)."""
+        up, nodes = self.members.complete, self.coord.nodes
+        step = max(1, nodes // 10)
+        last = self._announced_at
+        if up == nodes or up % step == 0 or last is None or now - last >= ANNOUNCE_GAP:
+            self._announced_at = now
+            self._announce(f"marun: {up}/{nodes} nodes up")
 
     def _welcome(self, member: MemberState) -> None:
         """Tell a member where the job is; the last to arrive opens the barrier (RUNNING)."""
@@ -159,9 +169,12 @@ class Arrival(CoordinatorWire):
     def _forget_departed(self) -> None:
         """Before the start, a node whose connection is gone is not present: the barrier waits
         for it again (its marun reconnects, or its pod is recreated); it never opens on a node
-        that left."""
-        for key, member in list(self.members.items()):
-            if member.conn is None and member.ended is None:
+        that left. Only the members whose connection closed since the last look are looked at
+        (marun.job.wire._drop notes them), not every member every tick."""
+        closed, self.members.closed = self.members.closed, set()
+        for key in closed:
+            member = self.members.get(key)
+            if member is not None and member.conn is None and member.ended is None:
                 del self.members[key]
                 self._log("node_departed", "warning", node=key[0], slot=key[1], host=member.host)
 

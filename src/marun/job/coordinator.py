@@ -35,9 +35,9 @@ from typing import Any
 from marun.exit_codes import HANG_EXIT, LOST_EXIT
 from marun.job.hang import HangJudge, describe_stacks
 from marun.job.limits import (
-    HELLO_WAIT,
     RefusalLog,
     Reserve,
+    listen_backlog,
 )
 from marun.job.phases import JobPhase
 from marun.job.protocol import (
@@ -73,15 +73,14 @@ class Coordinator(RestartRounds):
         self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._server.bind(("", coord.port))
-        self._server.listen(64)
+        self._server.listen(listen_backlog(coord.nodes * coord.slots))
         self._server.setblocking(False)
         self._sel.register(self._server, selectors.EVENT_READ, None)
         self._reserve = Reserve()
         self._refusals = RefusalLog(self._log)
         self.instance = new_nonce()  # this coordinator's: a restarted node 0 has another
         self.errors = 0  # unexpected exceptions caught by the loop (logged each)
-        self._conns: set[Conn] = set()
-        self.members: dict[tuple[int, int], MemberState] = {}
+        self._wire_init()  # _conns, members (a Roster), the heartbeat schedule: wire.py
         self.started_at = time.time()
         self._t0 = time.monotonic()
         # Where the job is (marun.job.phases: the transitions); `stopped` is the stop message
@@ -93,7 +92,6 @@ class Coordinator(RestartRounds):
         self.exit_code: int | None = None
         self._allowed: set[str] | None = None
         self._allowed_at = 0.0
-        self._last_hb = 0.0
         self._dump_since: float | None = None  # DUMPING: when `dump` went out
         self._hang_why = ""
         self._hang: HangJudge | None = None
@@ -151,19 +149,20 @@ class Coordinator(RestartRounds):
             while True:
                 events = self._sel.select(TICK)
                 self._check_stall()  # before reading what piled up meanwhile
-                for key, _ in events:
+                for key, mask in events:
                     conn = key.data
                     try:
                         if conn is None:
                             with self._reserve.lock:
                                 self._accept()
                         else:
-                            self._read(conn)
+                            self._ready(conn, mask)
                     except Exception as exc:  # nothing from the port ends the job
                         self._unexpected(exc, conn)
                 try:
-                    with self._lock:
-                        self._tick()
+                    if self._tick_due():  # in a large job not after every batch (wire.py)
+                        with self._lock:
+                            self._tick()
                 except Exception as exc:
                     self._unexpected(exc, None)
                 if self._close_requested.is_set():
@@ -320,14 +319,7 @@ class Coordinator(RestartRounds):
 
     def _tick(self) -> None:
         now = time.monotonic()
-        self._refusals.flush(now)
-        for conn in [c for c in self._conns if c.member is None]:
-            if now - conn.opened > HELLO_WAIT:
-                self._refuse(conn, f"no hello within {HELLO_WAIT:g}s")
-                self._drop(conn)
-        if now - self._last_hb >= HEARTBEAT:
-            self._last_hb = now
-            self._broadcast("hb")
+        self._wire_tick(now)  # hello time-outs, slow readers, heartbeats due (wire.py)
         if self.phase is JobPhase.GATHERING:
             self._forget_departed()
             if now - self._t0 >= self.coord.arrival_timeout:

@@ -16,6 +16,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 HELLO_WAIT = 5.0  # seconds a connection may stay open without a hello
+OUTPUT_LIMIT = 4 << 20  # bytes waiting for one member to read (a stop with stacks is < 1 MiB)
+SLOW_READER = 10.0  # seconds output may wait with no byte of it read: that member is dropped
+ACCEPTS_PER_WAKE = 256  # connections accepted per wake-up of node 0's loop (the rest: next)
+LISTEN_SLACK = 64  # the listen backlog beyond the job's marun processes (strangers, reconnects)
 REFUSAL_WINDOW = 10.0  # refusals are counted per source over this many seconds
 REFUSALS_LOGGED = 3  # ... of which this many are logged one by one, the rest in a summary
 
@@ -28,6 +32,21 @@ def per_source_limit(expected: int) -> int:
 
 def total_limit(expected: int) -> int:
     return 4 * expected + 64
+
+
+def listen_backlog(expected: int) -> int:
+    """Connections the kernel holds for node 0 before it accepts them: every marun of the job
+    may connect in the same second (8,192 at the platform's largest), and one the kernel does
+    not hold waits for a SYN retry (1 s, then 2 s...). The kernel caps it at somaxconn."""
+    return min(expected + LISTEN_SLACK, _somaxconn())
+
+
+def _somaxconn() -> int:
+    try:
+        with open("/proc/sys/net/core/somaxconn") as fh:
+            return max(LISTEN_SLACK, int(fh.read().strip()))
+    except (OSError, ValueError):
+        return 4096  # Linux's default since 5.4
 
 
 class Reserve:

@@ -17,6 +17,8 @@ from typing import Any
 from marun.exit_codes import LOST_EXIT
 from marun.job.coordinator import Coordinator
 from marun.job.cputime import descendants_cpu
+from marun.job.handshake import read_challenge
+from marun.job.heartbeat import Beat
 from marun.job.phases import MemberPhase
 from marun.job.protocol import (
     LineBuffer,
@@ -24,10 +26,9 @@ from marun.job.protocol import (
     decode,
     encode,
     fresh,
-    is_nonce,
     new_nonce,
 )
-from marun.plan.coordination import HEARTBEAT, Coordination
+from marun.plan.coordination import Coordination
 from marun.runtime.joblink import JobEvent
 
 _RETRY = 0.5
@@ -199,7 +200,7 @@ class Member:
         # The leader gives up on missing nodes after arrival_timeout; a member whose leader
         # never answers gives up a peer_timeout later, naming it.
         give_up = last_heard + self.coord.arrival_timeout + self.coord.peer_timeout
-        last_hb = 0.0
+        beat = Beat(self.coord)  # the job's heartbeat interval (marun.job.heartbeat)
         while not self._close_requested.is_set():
             now = time.monotonic()
             if self.phase is MemberPhase.WAITING and now >= give_up:
@@ -221,8 +222,7 @@ class Member:
                 else:
                     time.sleep(_RETRY)
                 continue
-            if now - last_hb >= HEARTBEAT:
-                last_hb = now
+            if beat.due(now):
                 self._heartbeat(now)
             if now - last_heard > self.coord.peer_timeout:
                 self._lost(
@@ -284,7 +284,9 @@ class Member:
             return False
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            peer, self._seq_in = self._challenge(sock)
+            peer, self._seq_in, self._buf = read_challenge(
+                sock, self._secret, self.coord, self._host
+            )
         except (OSError, ProtocolError) as exc:
             self._last_error = f"no challenge from node {self.coord.leader}'s marun: {exc}"
             if isinstance(exc, ProtocolError) and "another job" in str(exc):
@@ -309,43 +311,6 @@ class Member:
         for kind, fields in queued:
             self._send(kind, **fields)
         return self._sock is not None
-
-    def _challenge(self, sock: socket.socket) -> tuple[str, int]:
-        """Node 0's first line on a connection: its nonce and sequence number (within the
-        connection's 2 s time-out)."""
-        self._buf = LineBuffer()
-        while True:
-            data = sock.recv(1 << 16)
-            if not data:
-                raise ProtocolError("connection closed")
-            lines = self._buf.feed(data)
-            if lines:
-                break
-        body = decode(self._secret, None, lines[0])
-        if body["job"] != self.coord.job:
-            # Node 0 of another job (same port, same secret): say hello all the same, so that
-            # its marun says so too (one line on each side), then leave.
-            with contextlib.suppress(OSError):
-                sock.sendall(
-                    encode(
-                        self._secret,
-                        {"job": self.coord.job, "node": self.coord.index,
-                         "slot": self.coord.slot, "type": "hello", "host": self._host,
-                         "nonce": new_nonce(), "peer": body.get("nonce"), "seq": 0},
-                    )
-                )  # fmt: skip
-            raise ProtocolError(
-                f"job id {str(body['job'])[:80]!r} is not this job's {self.coord.job!r} "
-                "(another job's marun)"
-            )
-        seq = body.get("seq")
-        if body["type"] != "challenge" or not is_nonce(body.get("nonce")):
-            raise ProtocolError(f"{body['type']} instead of a challenge")
-        if not isinstance(seq, int) or isinstance(seq, bool):
-            raise ProtocolError("a challenge without a sequence number")
-        if len(lines) > 1:
-            raise ProtocolError("more than a challenge before our hello")
-        return str(body["nonce"]), seq
 
     def _disconnect(self) -> None:
         with self._sock_lock:

@@ -137,8 +137,10 @@ def _rounds(watching: dict[str, Any]) -> str:
     return text + ")"
 
 
-def render_table(plan: LaunchPlan) -> str:
-    """Nodes x processes, each with its command, env, cwd and log; then the files written."""
+def render_table(plan: LaunchPlan, brief_after: int | None = None) -> str:
+    """Nodes x processes, each with its command, env, cwd and log; then the files written.
+    `brief_after`: a job of more nodes than that (marun simulate --nodes 64) shows its first
+    and last node in full and each one between on a line of its own."""
     data = masked_dict(plan)
     out: list[str] = []
     nprocs = sum(len(n["processes"]) for n in data["nodes"])
@@ -173,9 +175,23 @@ def render_table(plan: LaunchPlan) -> str:
         out.append(f"note: {note}")
     if plan.coordination is not None:
         out.append(plan.coordination.describe())
-    for node in data["nodes"]:
-        out += _node_lines(node)
+    nodes = data["nodes"]
+    brief = brief_after is not None and len(nodes) > brief_after
+    for i, node in enumerate(nodes):
+        if brief and 0 < i < len(nodes) - 1:
+            if i == 1:
+                out += ["", f"nodes 1 to {len(nodes) - 2}: as node 0, each with its own ranks"]
+            out.append(_node_line(node))
+        else:
+            out += _node_lines(node)
     return "\n".join(out) + "\n"
+
+
+def _node_line(node: dict[str, Any]) -> str:
+    procs = ", ".join(
+        p["name"] + ("" if p["rank"] is None else f" (rank {p['rank']})") for p in node["processes"]
+    )
+    return f"  node {node['index']}  {node['host']}: {procs}"
 
 
 def _node_lines(node: dict[str, Any]) -> list[str]:

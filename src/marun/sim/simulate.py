@@ -387,6 +387,6 @@ def simulate(request: SimulateRequest) -> int:
         from marun.plan.render import render_table
 
         job = job_plan(request.mode, platform, outer)
-        sys.stdout.write(render_table(job) + "\n")
+        sys.stdout.write(render_table(job, brief_after=4) + "\n")
         sys.stdout.flush()
     return execute(outer)

@@ -1,0 +1,65 @@
+"""How often the job's heartbeats go, both ways: a rate that does not grow with the job.
+
+A heartbeat says "this marun runs" where nothing else was said: node 0 declares a member lost
+after peer_timeout without a line from it, a member gives up on node 0 after as long. A marun
+that dies closes its connections (the other side sees it at once); heartbeats are for the
+silent ones (SIGSTOP, a frozen pod, a cut network), and peer_timeout is what finds them: the
+interval only has to be well inside it. At one a second each way, node 0 of 8,192 marun
+processes signed, sent, read and checked 16,384 lines a second (56% of a core, every second of
+the job; docs/performance.md). So the interval grows with the job: node 0 takes in about
+BEATS_PER_SECOND heartbeats a second (and sends as many), never more often than HEARTBEAT, never
+fewer than three per peer_timeout (the rule that sets peer_timeout's floor, MIN_PEER_TIMEOUT:
+a node is lost after three missed heartbeats at least) and, with the hang watchdog on, never
+fewer than four per hang_timeout (its CPU figures come with the heartbeats: marun.job.hang
+compares them over hang_timeout). Small jobs (up to BEATS_PER_SECOND marun processes) keep one
+a second. Both sides compute it from what both know (the job's shape and timeouts, in the plan).
+
+Lost-node detection does not depend on it: node 0 checks every member's silence against
+peer_timeout each tick, so a node that goes silent is declared lost peer_timeout after its last
+line (within a tick and a second), whatever the interval.
+"""
+
+from __future__ import annotations
+
+import random
+
+from marun.plan.coordination import HEARTBEAT, Coordination
+
+BEATS_PER_SECOND = 256  # heartbeats node 0 takes in a second (and sends) in a large job, about
+PER_PEER_TIMEOUT = 3  # heartbeats at least per peer_timeout
+PER_HANG_TIMEOUT = 4  # heartbeats (CPU figures) at least per hang_timeout
+
+
+def heartbeat_interval(
+    members: int, peer_timeout: float, hang_timeout: float | None = None
+) -> float:
+    """Seconds between two heartbeats of one marun (and node 0's to it) in a job of `members`
+    marun processes (nodes x slots)."""
+    most = peer_timeout / PER_PEER_TIMEOUT
+    if hang_timeout is not None:
+        most = min(most, hang_timeout / PER_HANG_TIMEOUT)
+    return max(HEARTBEAT, min(members / BEATS_PER_SECOND, most))
+
+
+def job_interval(coord: Coordination) -> float:
+    return heartbeat_interval(coord.nodes * coord.slots, coord.peer_timeout, coord.hang_timeout)
+
+
+class Beat:
+    """A member's heartbeat clock. The first comes at once in a small job; in a large one at a
+    random point of the first interval, so that 8,192 members that start together do not beat
+    together."""
+
+    def __init__(self, coord: Coordination) -> None:
+        self.every = job_interval(coord)
+        self._next = 0.0 if self.every <= HEARTBEAT else None
+
+    def due(self, now: float) -> bool:
+        if self._next is None:
+            self._next = now + random.uniform(0.0, self.every)
+        if now < self._next:
+            return False
+        self._next += self.every  # on its cadence; after a stall, an interval from now
+        if self._next <= now:
+            self._next = now + self.every
+        return True

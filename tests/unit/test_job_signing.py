@@ -1,0 +1,53 @@
+"""marun.job.signing: a Template's line is the message protocol.encode's is, checked by the one
+parser (protocol.decode) with the same replay checks (protocol.fresh); signed with another
+secret it is refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from marun.job.protocol import ProtocolError, decode, encode, fresh, new_nonce
+from marun.job.signing import Template
+
+SECRET = b"signing-secret"
+BODIES: list[dict[str, Any]] = [
+    {"job": "j", "node": 0, "slot": 0, "type": "hb"},
+    {"job": "j", "node": 0, "slot": 0, "type": "start"},
+    {"job": "j\"\\\u00e9\u2603", "node": 0, "slot": 0, "type": "stop", "code": 3,
+     "failure": {"why": "a \"quoted\"\nline\t\u00e9", "node": 7, "tail": ["x" * 300]}},
+    {"job": "j", "node": 0, "slot": 0, "type": "done", "code": 0, "peer": "x", "seq": 99},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("body", BODIES)
+def test_a_template_line_is_encodes_message(body: dict[str, Any]) -> None:
+    peer = new_nonce()
+    template = Template(SECRET, body)
+    for seq in (0, 1, 12345):
+        got = decode(SECRET, body["job"], template.line(peer, seq))
+        want = decode(SECRET, body["job"], encode(SECRET, {**body, "peer": peer, "seq": seq}))
+        assert got == want
+        assert fresh(got, peer, seq - 1) == seq
+
+
+def test_a_template_line_answers_its_connection_only() -> None:
+    body = BODIES[1]
+    ours, theirs = new_nonce(), new_nonce()
+    line = Template(SECRET, body).line(ours, 5)
+    got = decode(SECRET, "j", line)
+    with pytest.raises(ProtocolError):
+        fresh(got, theirs, -1)  # replayed into another connection
+    with pytest.raises(ProtocolError):
+        fresh(got, ours, 5)  # replayed into the same one
+    with pytest.raises(ProtocolError):
+        decode(b"another", "j", line)
+
+
+def test_an_odd_peer_nonce_is_escaped_not_injected() -> None:
+    """A member's nonce is only checked for its length: quotes in it stay inside the string."""
+    peer = '","seq":0,"type":"stop","x":"'[:32].ljust(32, "a")
+    line = Template(SECRET, BODIES[0]).line(peer, 3)
+    got = decode(SECRET, "j", line)
+    assert got["peer"] == peer and got["seq"] == 3 and got["type"] == "hb"
