@@ -29,12 +29,12 @@ from collections.abc import Callable, Sequence
 from marun.runtime.output import MAIN_THREAD_SIGNALS, TAIL_LINES, tail_line
 
 TAIL_READ = 1 << 16  # bytes read back from a log's end for its last lines
-GROWTH_CHECK = 1.0  # seconds between two looks at the logs' sizes (the heartbeat's interval)
+GROWTH_CHECK = 1.0  # seconds between two looks at the logs' sizes (a small job's heartbeat)
 
 
 class DirectLogs:
     """The logs of a node's processes written directly by them. `begin` from the supervisor's
-    loop; `grew` from the job link's thread; `close` before the descriptors are closed."""
+    loop; `grew` from the watcher thread (`watch`); `close` before the descriptors close."""
 
     def __init__(self, fds: Sequence[int], paths: Sequence[str]) -> None:
         self._fds = list(fds)
