@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 from pathlib import Path
 
 import pytest
@@ -168,6 +169,30 @@ def test_growth_is_seen_once_per_write_and_not_after_close(tmp_path: Path) -> No
         os.write(fds[0], b"x")
         logs.close()
         assert not logs.grew()
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def test_the_watcher_says_activity_when_a_log_grows_and_ends_on_close(tmp_path: Path) -> None:
+    """The hang watchdog's input: `activity()` from the watcher thread once a log has grown,
+    never while none grows, never after close, and nothing before a process starts."""
+    paths = [str(tmp_path / "logs" / "rank_0.log")]
+    fds = [open_log(p) for p in paths]
+    said = threading.Semaphore(0)
+    try:
+        logs = DirectLogs(fds, paths)
+        logs.watch(said.release, hang_timeout=0.4)  # looks every 0.05 s
+        os.write(fds[0], b"before any start\n")
+        assert not said.acquire(timeout=0.3)  # nothing started yet: nothing watched
+        logs.begin(0)
+        assert not said.acquire(timeout=0.3)  # started, silent
+        os.write(fds[0], b"a line\n")
+        assert said.acquire(timeout=10)
+        assert not said.acquire(timeout=0.3)  # once per growth
+        logs.close()
+        os.write(fds[0], b"after the end\n")
+        assert not said.acquire(timeout=0.3)
     finally:
         for fd in fds:
             os.close(fd)

@@ -12,7 +12,6 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable
 from typing import Any
 
 from marun.exit_codes import LOST_EXIT
@@ -76,7 +75,6 @@ class Member:
         self._done_code: int | None = None
         self._stop_event: JobEvent | None = None
         self._last_activity = time.monotonic()
-        self._output_grew: Callable[[], bool] | None = None  # logs the ranks write directly
         # Not a phase: the owner's request (close()) that the thread finish.
         self._close_requested = threading.Event()
         self._tries = 0
@@ -109,9 +107,6 @@ class Member:
     def activity(self) -> None:
         # From the relay's pump threads: one assignment of a float, atomic under the GIL.
         self._last_activity = time.monotonic()
-
-    def watch_output(self, grew: Callable[[], bool]) -> None:
-        self._output_grew = grew
 
     def report_failure(self, failure: dict[str, Any]) -> None:
         # The round is this link's (node 0's numbering); `uptime`, the supervisor's.
@@ -240,9 +235,6 @@ class Member:
                 last_heard = time.monotonic()
 
     def _heartbeat(self, now: float) -> None:
-        grew = self._output_grew
-        if grew is not None and grew():  # a rank not shown on the console wrote its log
-            self._last_activity = now
         fields: dict[str, Any] = {"idle": round(now - self._last_activity, 2)}
         if self.coord.hang_timeout is not None:
             cpu = descendants_cpu()

@@ -9,27 +9,32 @@ the hang watchdog's stack dumps. What the pump did besides writing the log comes
 - the failure summary's last lines: read back from the end of the log (at most `TAIL_READ`
   bytes), only what was written since the failed attempt started (`begin` remembers the log's
   size then), split and cut as the pump's tail is (output.tail_line);
-- the hang watchdog's input (a rank's last line): the growth of the logs, which the job link's
-  heartbeat asks for once a second (`grew`: one fstat per log). The heartbeat is the one place
-  that reads the figure and already wakes up once a second in its own thread; polling in the
-  supervisor's loop would run twice as often (its tick is 0.5 s, more often on every signal)
-  for a figure read once a second. Single-node jobs have no link: nothing polls at all.
+- the hang watchdog's input (a rank's last line, `JobLink.activity`): the growth of the logs,
+  one fstat per log every `GROWTH_CHECK` seconds (at most an eighth of hang_timeout) in a
+  thread of its own (`watch`). It runs only where the figure is read: a multi-node job with
+  the hang watchdog on (the heartbeat's `idle` is read by nothing else) and a process not
+  shown; anywhere else nothing polls at all. The supervisor's loop would check twice as often
+  (its tick is 0.5 s, and more on every signal) whether or not the watchdog is on, and inside
+  the member's heartbeat it would tie the job's coordination to the runtime's logs.
 """
 
 from __future__ import annotations
 
+import _thread
 import os
+import signal
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from marun.runtime.output import TAIL_LINES, tail_line
+from marun.runtime.output import MAIN_THREAD_SIGNALS, TAIL_LINES, tail_line
 
 TAIL_READ = 1 << 16  # bytes read back from a log's end for its last lines
+GROWTH_CHECK = 1.0  # seconds between two looks at the logs' sizes (a small job's heartbeat)
 
 
 class DirectLogs:
     """The logs of a node's processes written directly by them. `begin` from the supervisor's
-    loop; `grew` from the job link's thread; `close` before the descriptors are closed."""
+    loop; `grew` from the watcher thread (`watch`); `close` before the descriptors close."""
 
     def __init__(self, fds: Sequence[int], paths: Sequence[str]) -> None:
         self._fds = list(fds)
@@ -38,6 +43,16 @@ class DirectLogs:
         self._seen: dict[int, int] = {}  # process index -> its log's size at the last `grew`
         self._lock = threading.Lock()
         self._closed = False
+        self._stop = threading.Event()
+        self._activity: Callable[[], None] | None = None
+        self._every = GROWTH_CHECK
+        self._watching = False
+
+    def watch(self, activity: Callable[[], None], hang_timeout: float) -> None:
+        """Call `activity()` whenever a log has grown, looking every `GROWTH_CHECK` seconds (an
+        eighth of `hang_timeout` if less), from the first process started on."""
+        self._activity = activity
+        self._every = min(GROWTH_CHECK, max(0.05, hang_timeout / 8))
 
     def begin(self, index: int) -> int:
         """Process `index` starts an attempt: the descriptor to give it as stdout and stderr."""
@@ -46,6 +61,10 @@ class DirectLogs:
         with self._lock:
             self._begun[index] = size
             self._seen.setdefault(index, size)
+            start = self._activity is not None and not self._watching and not self._closed
+            self._watching = self._watching or start
+        if start:  # a bare thread, as the pumps: Thread.start() would wait until it runs
+            _thread.start_new_thread(self._watch, ())
         return fd
 
     def grew(self) -> bool:
@@ -70,8 +89,19 @@ class DirectLogs:
         return read_log_tail(self._paths[index], self._fds[index], start)
 
     def close(self) -> None:
+        """Before the descriptors close: `grew` looks at them no more, the watcher ends."""
         with self._lock:
             self._closed = True
+        self._stop.set()
+
+    def _watch(self) -> None:
+        # Signals are the main thread's (marun.runtime.signals), as in the relay's pumps.
+        signal.pthread_sigmask(signal.SIG_BLOCK, MAIN_THREAD_SIGNALS)
+        activity = self._activity
+        assert activity is not None
+        while not self._stop.wait(self._every):
+            if self.grew():
+                activity()
 
 
 def read_log_tail(path: str, fd: int, start: int, keep: int | None = None) -> list[str]:

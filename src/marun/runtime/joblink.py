@@ -4,7 +4,6 @@ with a coordination section; single-node jobs and the exec path load none of it)
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional, Protocol
 
@@ -29,12 +28,9 @@ class JobLink(Protocol):
 
     def activity(self) -> None:
         """A rank wrote something. Called from the relay's pump threads (one per pipe of a rank
-        the console shows), each block they move: it must be cheap and safe from any thread."""
-
-    def watch_output(self, grew: Callable[[], bool]) -> None:
-        """`grew()` says whether a log written by its process directly (not through the relay)
-        grew since the last call: activity as well. Asked from the link's own thread, about
-        once a second (marun.runtime.direct_log)."""
+        the console shows), each block they move, and from the thread that watches the logs of
+        the ranks not shown (marun.runtime.direct_log): it must be cheap and safe from any
+        thread."""
 
     def report_failure(self, failure: dict[str, Any]) -> None:
         """A failure on this node; `uptime` in it: seconds since its round's start."""

@@ -185,7 +185,7 @@ class OutputStream:
 
 # Signals are the main thread's business (marun.runtime.signals): blocked in the pumps, so the
 # kernel delivers them to the main thread, whose wait they end at once.
-_MAIN_THREAD_SIGNALS = {signal.SIGCHLD, *RELAYED}
+MAIN_THREAD_SIGNALS = {signal.SIGCHLD, *RELAYED}
 
 
 class Pump:
@@ -214,7 +214,7 @@ class Pump:
         return self.done.wait(timeout)
 
     def _run(self) -> None:
-        signal.pthread_sigmask(signal.SIG_BLOCK, _MAIN_THREAD_SIGNALS)
+        signal.pthread_sigmask(signal.SIG_BLOCK, MAIN_THREAD_SIGNALS)
         fd, stream, on_data, relay = self._fd, self._stream, self._on_data, self._relay
         poller = select.poll()
         poller.register(fd, select.POLLIN)

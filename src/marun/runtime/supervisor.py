@@ -124,8 +124,9 @@ class Supervisor(SupervisorRounds):
         self._log_errors: deque[tuple[str, str, OSError]] = deque()  # from the pumps
         # The processes not shown on the console write their logs themselves (no pump).
         self._direct = DirectLogs(self._log_fds, [rec.spec.log for rec in self._records])
-        if link is not None:
-            link.watch_output(self._direct.grew)  # the hang watchdog's activity: their growth
+        hang = plan.coordination.hang_timeout if plan.coordination is not None else None
+        if link is not None and hang is not None:  # the hang watchdog's input: their growth
+            self._direct.watch(link.activity, hang)
         self._daemons_only = all(rec.spec.daemon for rec in self._records)
         # The rest of the job (multi-node plans with a coordination section): nothing starts
         # before every node has arrived; a stop from node 0 ends this node like a failure here.
