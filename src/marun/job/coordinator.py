@@ -325,9 +325,12 @@ class Coordinator(RestartRounds):
             if now - self._t0 >= self.coord.arrival_timeout:
                 self._arrival_failed()
             return
-        for member in list(self.members.values()):
-            if member.ended is None and now - member.last_seen > self.coord.peer_timeout:
-                self._lost(member)
+        # Frozen since the loop's last look (SIGSTOP between it and here): the nodes' silence is
+        # node 0's own, which the next look (_check_stall) judges; none of them is lost for it.
+        if now - self._last_run < _STALL:
+            for member in list(self.members.values()):
+                if member.ended is None and now - member.last_seen > self.coord.peer_timeout:
+                    self._lost(member)
         if self.phase is JobPhase.RESTARTING:
             self._check_round(now)
             return
