@@ -43,7 +43,6 @@ import json
 import os
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -56,6 +55,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, Row, bench_env, load_note, print_rows
+
+from marun.sim.simulate import free_port
 
 NODES, PER_NODE = 3, 2
 WORLD = NODES * PER_NODE
@@ -109,20 +110,6 @@ while True:
 dist.barrier()
 dist.destroy_process_group()
 """
-
-
-def free_port() -> int:
-    """A port free now, below the kernel's ephemeral range (as tests/conftest.py's): a port
-    from that range can be taken meanwhile as the local end of an outgoing connection."""
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    while True:
-        port = random.randrange(10000, min(low, 32768))
-        with socket.socket() as sock:
-            try:
-                sock.bind(("", port))
-            except OSError:
-                continue
-            return port
 
 
 @dataclass(frozen=True)
@@ -218,7 +205,7 @@ class Run:
     def start_job(self, job: str, budget: int) -> None:
         self.procs = []
         if self.launcher.startswith("torchrun"):
-            port = free_port()
+            port = free_port("")
             extra = {}
             if self.launcher == "torchrun-noshare":
                 extra["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
@@ -230,7 +217,7 @@ class Run:
                         "rank.py", str(self.root)]  # fmt: skip
                 self.procs.append(self.popen(argv, self.env(job, extra), f"{job}.node{node}"))
             return
-        job_port, master = free_port(), free_port()
+        job_port, master = free_port(""), free_port("")
         for node in range(NODES):
             platform = {
                 "MA_NUM_HOSTS": str(NODES),

@@ -9,8 +9,6 @@ missing install can never pass silently.
 from __future__ import annotations
 
 import os
-import random
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -148,19 +146,12 @@ def run_marun(
 
 
 def free_port() -> int:
-    """A port free now and outside the kernel's ephemeral range (32768-60999 here), for a test
-    whose marun binds it later, maybe again and again for minutes: a port from that range (what
-    bind(0) gives) can be taken meanwhile as the local end of any outgoing connection, and a
-    fixed default (8118, 36666) by anything else on the machine."""
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    while True:
-        port = random.randrange(10000, min(low, 32768))
-        with socket.socket() as sock:
-            try:
-                sock.bind(("", port))
-            except OSError:
-                continue
-            return port
+    """A port free now on every address and outside the kernel's ephemeral range (32768-60999
+    here), for a test whose marun binds it later, maybe again and again for minutes
+    (marun.sim.simulate.free_port says why)."""
+    from marun.sim.simulate import free_port as choose
+
+    return choose("")
 
 
 @pytest.fixture

@@ -50,8 +50,11 @@ def _ephemeral_start() -> int:
         return 32768  # Linux's default
 
 
-def free_port() -> int:
-    """A loopback port free now, below the ephemeral range where there is room (else any)."""
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on `host` now ("": every address), below the kernel's ephemeral range where
+    there is room (else any): a port from that range (what bind(0) gives) can be taken meanwhile
+    as the local end of any outgoing connection, and a fixed default by anything else. The one
+    chooser of a port that a marun binds later (simulate, the tests, the benches)."""
     import random
 
     top = _ephemeral_start()
@@ -59,12 +62,12 @@ def free_port() -> int:
         port = random.randrange(_LOW_PORT, top)
         with socket.socket() as sock:
             try:
-                sock.bind(("127.0.0.1", port))
+                sock.bind((host, port))
             except OSError:
                 continue
             return port
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
 
