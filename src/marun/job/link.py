@@ -11,7 +11,7 @@ from marun.job.coordinator import Coordinator
 from marun.job.member import Member
 from marun.job.protocol import job_secret
 from marun.plan.launch_plan import LaunchPlan
-from marun.runtime.rounds import RoundRule
+from marun.runtime.rounds import RoundRule, planned_ports
 
 
 def open_link(plan: LaunchPlan, log: Any) -> Member:
@@ -33,16 +33,12 @@ def open_link(plan: LaunchPlan, log: Any) -> Member:
     coordinator = None
     if coord.index == coord.leader and coord.slot == 0:
         watching = plan.supervision
-        rule = RoundRule(watching.max_restarts, watching.fatal_exit_codes, watching.quick_failure)
         # The round-0 value of each port that moves per round: node 0's plan has them (the
         # rendezvous and the scheduler live on node 0).
-        ports = {
-            name: proc.env[name]
-            for proc in node.processes
-            for name in watching.round_ports
-            if name in proc.env
-        }
-        coordinator = Coordinator(coord, secret, log=emit, rule=rule, ports=ports).start()
+        ports = planned_ports(node.processes, watching.round_ports)
+        coordinator = Coordinator(
+            coord, secret, log=emit, rule=RoundRule.of(watching), ports=ports
+        ).start()
     return Member(
         coord,
         secret,

@@ -6,9 +6,11 @@ on a job of several nodes, the supervisor on a job of one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from marun.plan.launch_plan import ProcessSpec, Supervision
 
 _PORT_TRIES = 200  # ports tried upward from a round's first choice
 
@@ -42,6 +44,16 @@ class RoundRule:
         self.round += 1
         self.began_quick = quick
         return None
+
+    @classmethod
+    def of(cls, options: Supervision) -> RoundRule:
+        """The plan's rule (`max_restarts`, `fatal_exit_codes`, `quick_failure`), at round 0."""
+        return cls(options.max_restarts, options.fatal_exit_codes, options.quick_failure)
+
+
+def planned_ports(processes: Iterable[ProcessSpec], names: tuple[str, ...]) -> dict[str, str]:
+    """Round 0's value of each port variable in `names` that these processes are given."""
+    return {name: proc.env[name] for proc in processes for name in names if name in proc.env}
 
 
 def round_ports(

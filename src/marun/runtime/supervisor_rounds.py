@@ -19,7 +19,13 @@ from marun.plan.launch_plan import ProcessSpec, round_env
 from marun.runtime.phase import Phase
 from marun.runtime.reaper import live_groups, signal_group
 from marun.runtime.result import ProcessRecord
-from marun.runtime.rounds import RoundRule, describe_cause, round_line, round_ports
+from marun.runtime.rounds import (
+    RoundRule,
+    describe_cause,
+    planned_ports,
+    round_line,
+    round_ports,
+)
 from marun.runtime.signals import signal_name
 from marun.runtime.supervisor_stop import KILL_WAIT, SupervisorStop
 
@@ -50,9 +56,7 @@ class SupervisorRounds(SupervisorStop):
         self._round = 0
         self._round_rule = None
         if options.max_restarts and self._link is None:
-            self._round_rule = RoundRule(
-                options.max_restarts, options.fatal_exit_codes, options.quick_failure
-            )
+            self._round_rule = RoundRule.of(options)
         self._round_target = None
         self._round_cause = None
         self._round_began = time.monotonic()
@@ -155,9 +159,9 @@ class SupervisorRounds(SupervisorStop):
                 self._emit("round_stopped", round=self._round_target)
                 self._link.report_stopped(self._round_target)
             else:
-                ports = round_ports(
-                    self._first_env(), self._options.round_ports, self._round_target
-                )
+                names = self._options.round_ports
+                planned = planned_ports((r.spec for r in self._records), names)
+                ports = round_ports(planned, names, self._round_target)
                 self._start_round(self._round_target, ports)
             return
         if now < self._deadline:
@@ -173,12 +177,6 @@ class SupervisorRounds(SupervisorStop):
         self.job.outcome = "failed"
         self.job.exit_code = self.job.exit_code or 1
         self._begin_stop("processes of the round outlived SIGKILL", signal.SIGKILL)
-
-    def _first_env(self) -> dict[str, str]:
-        for rec in self._records:
-            if any(name in rec.spec.env for name in self._options.round_ports):
-                return dict(rec.spec.env)
-        return {}
 
     # -- the start ------------------------------------------------------------------------------
 
