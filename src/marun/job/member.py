@@ -15,6 +15,7 @@ import traceback
 from typing import Any
 
 from marun.exit_codes import LOST_EXIT
+from marun.inputs.numbers import is_port
 from marun.job.coordinator import Coordinator
 from marun.job.cputime import descendants_cpu
 from marun.job.handshake import read_challenge
@@ -362,7 +363,7 @@ class Member:
         clean = {
             str(k)[:64]: str(v)
             for k, v in ports.items()
-            if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 65536
+            if isinstance(v, int) and not isinstance(v, bool) and is_port(v)
         }
         self._push(JobEvent("start", round_, {"ports": clean} if round_ else None))
 

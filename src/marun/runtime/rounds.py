@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from marun.inputs.numbers import PORT_MAX
 from marun.plan.launch_plan import ProcessSpec, Supervision
 
 _PORT_TRIES = 200  # ports tried upward from a round's first choice
@@ -75,7 +76,7 @@ def round_ports(
         if round_ == 0:
             out[name] = str(base)
             continue
-        for port in range(base + round_, min(base + round_ + _PORT_TRIES, 65536)):
+        for port in range(base + round_, min(base + round_ + _PORT_TRIES, PORT_MAX + 1)):
             if port not in taken and bind_error(port) is None:
                 out[name] = str(port)
                 taken.add(port)
