@@ -112,7 +112,7 @@ class Member:
     def report_failure(self, failure: dict[str, Any]) -> None:
         # The round is this link's (node 0's numbering); `uptime`, the supervisor's.
         fields = {k: failure[k] for k in ("uptime",) if isinstance(failure.get(k), (int, float))}
-        body = {k: v for k, v in failure.items() if k not in ("round", "uptime")}
+        body = {k: v for k, v in failure.items() if k != "uptime"}
         body.update(node=self.coord.index, host=self._host)
         self._send("failure", failure=body, round=self._round, **fields)
 

@@ -60,7 +60,7 @@ from marun.runtime.signals import (
     signal_name,
 )
 from marun.runtime.spawn import spawn
-from marun.runtime.supervisor_rounds import SupervisorRounds
+from marun.runtime.supervisor_rounds import SupervisorRounds, process_end
 from marun.runtime.supervisor_stop import (
     DRAIN_WAIT,
     OTHERS_MARGIN,
@@ -395,13 +395,9 @@ class Supervisor(SupervisorRounds):
                 pump.done.wait(TAIL_WAIT)
             self._link.report_failure(
                 {
-                    "name": rec.spec.name,
-                    "rank": rec.spec.rank,
-                    "exit_code": rec.ending.code,
-                    "signal": None if rec.ending.signal is None else signal_name(rec.ending.signal),
+                    **process_end(rec),
                     "log": rec.spec.log,
                     "tail": list(rec.tail)[-20:],
-                    "round": self._round,
                     "uptime": round(self.round_uptime(), 3),
                 }
             )

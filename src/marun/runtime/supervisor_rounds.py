@@ -30,6 +30,18 @@ from marun.runtime.signals import signal_name
 from marun.runtime.supervisor_stop import KILL_WAIT, SupervisorStop
 
 
+def process_end(rec: ProcessRecord) -> dict[str, Any]:
+    """Which process ended and how: what a round's cause and node 0's failure both say."""
+    assert rec.ending is not None
+    signum = rec.ending.signal
+    return {
+        "name": rec.spec.name,
+        "rank": rec.spec.rank,
+        "exit_code": rec.ending.code,
+        "signal": None if signum is None else signal_name(signum),
+    }
+
+
 class SupervisorRounds(SupervisorStop):
     _log_fds: list[int]
     _round: int
@@ -83,14 +95,7 @@ class SupervisorRounds(SupervisorStop):
         if not self._options.max_restarts:
             return False
         assert rec.ending is not None
-        cause = {
-            "node": self._node.index,
-            "host": self._node.host,
-            "name": rec.spec.name,
-            "rank": rec.spec.rank,
-            "exit_code": rec.ending.code,
-            "signal": None if rec.ending.signal is None else signal_name(rec.ending.signal),
-        }
+        cause = {"node": self._node.index, "host": self._node.host, **process_end(rec)}
         if self._link is not None:
             self._begin_round_stop(None, cause)
             return True
