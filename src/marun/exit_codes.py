@@ -28,3 +28,11 @@ def cannot_start_exit(error: int | None) -> int:
     126 when it is there but cannot be run, else 127."""
     cannot_run = error in (errno.EACCES, errno.ENOEXEC, errno.EISDIR)
     return CANNOT_EXECUTE_EXIT if cannot_run else NOT_FOUND_EXIT
+
+
+def failure_exit(code: object, otherwise: int = 1) -> int:
+    """The job's exit code for a failure that says `code`: an exit code (1-255) as it is,
+    anything else (none, 0, not a whole number) `otherwise`."""
+    if isinstance(code, int) and not isinstance(code, bool) and 0 < code < 256:
+        return code
+    return otherwise

@@ -32,7 +32,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from marun.exit_codes import HANG_EXIT, LOST_EXIT
+from marun.exit_codes import HANG_EXIT, LOST_EXIT, failure_exit
 from marun.job.hang import HangJudge, describe_stacks
 from marun.job.limits import (
     RefusalLog,
@@ -296,8 +296,7 @@ class Coordinator(RestartRounds):
             return  # a round under way: its ranks' ends are no failures of the next
         if round_ is not None and round_ != self.round:
             return  # said in a round that is over
-        code = failure.get("exit_code") or 1
-        code = code if isinstance(code, int) and 0 < code < 256 else 1
+        code = failure_exit(failure.get("exit_code"))
         if not self._restart(code, failure, uptime):
             self._stop(code, failure)
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from marun.exit_codes import LOST_EXIT
+from marun.exit_codes import LOST_EXIT, failure_exit
 from marun.job.arrival import Arrival
 from marun.job.phases import JobPhase
 from marun.runtime.rounds import RoundRule, describe_cause, round_line, round_ports
@@ -140,8 +140,7 @@ class RestartRounds(Arrival):
 
     def _round_failed(self, why: str) -> None:
         failure = dict(self._round_failure)
-        code = failure.get("exit_code")
-        code = code if isinstance(code, int) and 0 < code < 256 else LOST_EXIT
+        code = failure_exit(failure.get("exit_code"), LOST_EXIT)
         failure["no_restart"] = why
         self._log("round_failed", "error", round=self.round, why=why)
         self._stop(code, failure)
