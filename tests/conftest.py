@@ -23,12 +23,18 @@ DATA = Path(__file__).resolve().parent / "data"
 
 _PLATFORM_PREFIXES = ("MA_", "VC_", "VK_", "RANK", "ASCEND_", "DEVICE_ID", "MS_", "MARUN_", "TF_")
 
+# Every phase change a test causes, in this process or in a marun it starts, is checked against
+# its machine's table and raises when not allowed (marun.runtime.transitions).
+STRICT_PHASES = {"MARUN_STRICT_PHASES": "1"}
+os.environ.update(STRICT_PHASES)
+
 
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(_PLATFORM_PREFIXES)}
     env.pop("MASTER_ADDR", None)
     env.pop("MASTER_PORT", None)
     env["PYTHONUNBUFFERED"] = "1"
+    env.update(STRICT_PHASES)
     env.update(extra or {})
     return env
 

@@ -11,6 +11,9 @@ from marun.errors import MarunError
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["run"]:
+        from marun.runtime import early_signals
+
+        early_signals.listen()  # from the first moment: a stop signal ends the job, at once
         from marun.run_argv import parse_run
 
         parsed = parse_run(args[1:])

@@ -135,8 +135,10 @@ def run_node(
 ) -> int:
     """`marun run`: this node's plan, exec'd or supervised; the exit code. `cli`: the settings
     options given on the command line by name (None: not given)."""
+    from marun.runtime import early_signals
     from marun.runtime.execute import execute
 
+    early_signals.listen()  # a stop signal from now on ends the job (runtime.early_signals)
     try:
         plan = plan_from_environment(command, mode, config, cli, False, supervise)
         return execute(plan, open_link)

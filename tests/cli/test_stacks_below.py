@@ -37,9 +37,12 @@ def test_the_python_processes_below_a_launcher_are_found_through_a_shell(tmp_pat
         assert launcher.stdout is not None
         shell = int(launcher.stdout.readline())
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # until the shell has started the "rank"
+        # Until the shell has started the "rank": its child is there AND has exec'd Python
+        # (between the shell's fork and its exec the child is still the shell: under load the
+        # test saw it there once, and took it for the rank).
+        while time.monotonic() < deadline:
             below = descendants(launcher.pid)
-            if len(below) >= 2:
+            if len(below) >= 2 and _is_python(below[1]):
                 break
             time.sleep(0.05)
         assert below[0] == shell, below  # each before its children

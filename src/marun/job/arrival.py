@@ -65,6 +65,8 @@ class Arrival(CoordinatorWire):
                 return
             self._came_back(key, body, old)
             old.instance = instance
+        elif old is not None and old.outcome == "lost":
+            self._back(old)  # the same marun, on a new connection: it was frozen, not gone
         conn.member = key
         conn.buf.limit = MAX_LINE  # a member of the job: stacks may follow
         old = self.members.get(key)
@@ -139,6 +141,9 @@ class Arrival(CoordinatorWire):
     def _rejoin(self, key: tuple[int, int]) -> bool:
         raise NotImplementedError
 
+    def _restart(self, code: int, failure: dict[str, Any], uptime: float | None) -> bool:
+        raise NotImplementedError
+
     def _came_back(
         self, key: tuple[int, int], body: dict[str, Any], old: MemberState | None
     ) -> None:
@@ -199,3 +204,29 @@ class Arrival(CoordinatorWire):
             if any((n, s) not in self.members for s in range(self.coord.slots))
         )
         self._stop(LOST_EXIT, {"node": first, "exit_code": LOST_EXIT, "why": why})
+
+    def _lost(self, member: MemberState, why: str = "") -> None:
+        """A node silent for peer_timeout, or whose connection closed without a goodbye: a
+        restart round, else the job's failure."""
+        failure = {
+            "node": member.node,
+            "host": member.host,
+            "exit_code": LOST_EXIT,
+            "why": f"node {member.node} ({member.host}) lost: "
+            + (why or f"no word from its marun for {self.coord.peer_timeout:g}s"),
+        }
+        live = self.stopped is None and self.phase is not JobPhase.RESTARTING
+        if live and not self._restart(LOST_EXIT, failure, None):
+            self._stop(LOST_EXIT, failure)
+        # It ended when it was last heard of, not when node 0 noticed (node 0 may have
+        # been frozen meanwhile).
+        member.ended = member.last_seen_wall or time.time()
+        member.outcome = "lost"
+
+    def _back(self, member: MemberState) -> None:
+        """A node declared lost whose same marun talks again (it was frozen, e.g. SIGSTOP, or
+        starved past peer_timeout): it is counted again. A round under way counts it once it
+        says `stopped`; a stopped job waits for its end; its loss stays the round's cause (one
+        incident, one round)."""
+        member.ended = member.outcome = None
+        self._log("node_back", "warning", node=member.node, slot=member.slot, host=member.host)

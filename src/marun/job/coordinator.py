@@ -39,18 +39,21 @@ from marun.job.limits import (
     Reserve,
     listen_backlog,
 )
-from marun.job.phases import JobPhase
+from marun.job.phases import JOB_MOVES, JobPhase
 from marun.job.protocol import (
     clean_failure,
     new_nonce,
 )
 from marun.job.restart_rounds import RestartRounds
-from marun.job.wire import TICK, Conn, MemberState
+from marun.job.wire import TICK, Conn
 from marun.plan.coordination import HEARTBEAT, Coordination
 from marun.runtime.rounds import RoundRule
 
 _DUMP_WAIT = 15.0  # seconds the watchdog waits for every node's stacks
 _STALL = 3 * HEARTBEAT  # the loop runs every TICK: a gap this long means it was not running
+# After the start, a member whose connection closed without its `end` is lost this long after,
+# unless its marun reconnects meanwhile (a member reconnects at once after a drop).
+CLOSED_LOST = 2.0
 
 
 class Coordinator(RestartRounds):
@@ -123,10 +126,8 @@ class Coordinator(RestartRounds):
         return self.phase is JobPhase.DONE
 
     def _enter(self, phase: JobPhase) -> None:
-        """The one place the phase changes; only forward (marun.job.phases)."""
-        order = list(JobPhase)
-        if order.index(phase) > order.index(self.phase):
-            self.phase = phase
+        """The one place the phase changes, checked against marun.job.phases.JOB_MOVES."""
+        self.phase = JOB_MOVES.move(self.phase, phase, self._log)
 
     @property
     def refused(self) -> int:
@@ -251,6 +252,8 @@ class Coordinator(RestartRounds):
         member = self.members[key]
         member.last_seen = time.monotonic()
         member.last_seen_wall = time.time()
+        if member.outcome == "lost" and member.conn is conn:
+            self._back(member)
         if kind == "hb":
             member.idle = max(0.0, float(body.get("idle", 0.0)))
             cpu = body.get("cpu")
@@ -292,6 +295,12 @@ class Coordinator(RestartRounds):
     def _failure(
         self, failure: dict[str, Any], round_: int | None = None, uptime: float | None = None
     ) -> None:
+        if failure.get("stop_signal"):
+            # A node's marun was told to stop (its pod deleted, a user's ^C): the job ends with
+            # 128+N in every phase, a round's barrier included; it never starts a round, and no
+            # round waits for the signalled node (docs/supervision.md, "Signals").
+            self._stop(failure_exit(failure.get("exit_code")), failure)
+            return
         if self.stopped is not None or self.phase is JobPhase.RESTARTING:
             return  # a round under way: its ranks' ends are no failures of the next
         if round_ is not None and round_ != self.round:
@@ -328,30 +337,24 @@ class Coordinator(RestartRounds):
         # node 0's own, which the next look (_check_stall) judges; none of them is lost for it.
         if now - self._last_run < _STALL:
             for member in list(self.members.values()):
-                if member.ended is None and now - member.last_seen > self.coord.peer_timeout:
+                if member.ended is not None:
+                    continue
+                if now - member.last_seen > self.coord.peer_timeout:
                     self._lost(member)
+                elif member.conn is None and now - member.closed_at > CLOSED_LOST:
+                    # Its marun's connection closed without a goodbye (`end`) and no marun of
+                    # its came back on a new one: its pod was deleted or its machine is gone.
+                    self._lost(
+                        member,
+                        f"its marun's connection closed without a goodbye and it did not "
+                        f"reconnect within {CLOSED_LOST:g}s (its pod deleted, or its machine "
+                        "gone)",
+                    )
         if self.phase is JobPhase.RESTARTING:
             self._check_round(now)
             return
         self._watch_hang(now)
         self._check_done()
-
-    def _lost(self, member: MemberState) -> None:
-        """A node silent for peer_timeout: a restart round, else the job's failure."""
-        failure = {
-            "node": member.node,
-            "host": member.host,
-            "exit_code": LOST_EXIT,
-            "why": f"node {member.node} ({member.host}) lost: no word from its "
-            f"marun for {self.coord.peer_timeout:g}s",
-        }
-        live = self.stopped is None and self.phase is not JobPhase.RESTARTING
-        if live and not self._restart(LOST_EXIT, failure, None):
-            self._stop(LOST_EXIT, failure)
-        # It ended when it was last heard of, not when node 0 noticed (node 0 may have
-        # been frozen meanwhile).
-        member.ended = member.last_seen_wall or time.time()
-        member.outcome = "lost"
 
     def _watch_hang(self, now: float) -> None:
         """marun.job.hang judges; once hung, every node's stacks are gathered (and written into
@@ -423,18 +426,12 @@ class Coordinator(RestartRounds):
             )
 
     def write_report(self, directory: str) -> str:
-        """job.json beside result.json (atomic, 0600), with the reserved descriptor free for it
-        (the port may have taken every other one)."""
+        """job.json beside result.json (marun.job.report), with the reserved descriptor free for
+        it (the port may have taken every other one)."""
         with self._reserve.released():  # the imports read files too
-            import json
-            import os
+            from marun.job.report import write_job_json
 
-            from marun._files import atomic_write, private_dir
-
-            text = json.dumps(self.report(), indent=2) + "\n"
-            path = os.path.join(private_dir(directory, strict=False), "job.json")
-            atomic_write(path, text, 0o600)
-        return path
+            return write_job_json(self.report(), directory)
 
 
 def _stderr_line(text: str) -> None:

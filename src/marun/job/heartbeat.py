@@ -1,4 +1,5 @@
-"""How often the job's heartbeats go, both ways: a rate that does not grow with the job.
+"""How often the job's heartbeats go, both ways (a rate that does not grow with the job), and a
+member's back-off before it tries a connection again (`Backoff`).
 
 A heartbeat says "this marun runs" where nothing else was said: node 0 declares a member lost
 after peer_timeout without a line from it, a member gives up on node 0 after as long. A marun
@@ -22,6 +23,7 @@ line (within a tick and a second), whatever the interval.
 from __future__ import annotations
 
 import random
+import time
 
 from marun.plan.coordination import HEARTBEAT, Coordination
 
@@ -63,3 +65,26 @@ class Beat:
         if self._next <= now:
             self._next = now + self.every
         return True
+
+
+class Backoff:
+    """A member's wait before its next try of a connection. One that failed, or ended without
+    node 0's welcome (refused: another job's marun on the port, or a marun too many for this
+    node), is tried again after a wait that doubles from FIRST_RETRY up to MAX_RETRY, jittered,
+    so that a member turned away costs node 0 next to nothing; one welcomed and then dropped (a
+    network blip) is tried again at once: node 0 counts a node lost 2 s after its drop."""
+
+    FIRST_RETRY = 0.5
+    MAX_RETRY = 5.0
+
+    def __init__(self) -> None:
+        self.next_try = 0.0  # monotonic: no try before this
+        self._wait = self.FIRST_RETRY
+
+    def failed(self) -> None:
+        self.next_try = time.monotonic() + self._wait * random.uniform(0.5, 1.5)
+        self._wait = min(2 * self._wait, self.MAX_RETRY)
+
+    def reset(self) -> None:
+        self.next_try = 0.0
+        self._wait = self.FIRST_RETRY

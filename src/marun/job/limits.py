@@ -13,7 +13,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
 HELLO_WAIT = 5.0  # seconds a connection may stay open without a hello
 OUTPUT_LIMIT = 4 << 20  # bytes waiting for one member to read (a stop with stacks is < 1 MiB)
@@ -22,6 +21,8 @@ ACCEPTS_PER_WAKE = 256  # connections accepted per wake-up of node 0's loop (the
 LISTEN_SLACK = 64  # the listen backlog beyond the job's marun processes (strangers, reconnects)
 REFUSAL_WINDOW = 10.0  # refusals are counted per source over this many seconds
 REFUSALS_LOGGED = 3  # ... of which this many are logged one by one, the rest in a summary
+REFUSAL_LINES = 10  # ... and this many of all sources together (a flood from many addresses)
+_KEPT = 256  # reasons and sources a window's summary keeps apart
 
 
 def per_source_limit(expected: int) -> int:
@@ -84,54 +85,65 @@ class Reserve:
                 os.close(fd)
 
 
-@dataclass
-class _Window:
-    started: float
-    count: int = 0
-    reasons: dict[str, int] = field(default_factory=dict)
-
-
 class RefusalLog:
-    """Every refusal counted; per source, the first REFUSALS_LOGGED of each REFUSAL_WINDOW are
-    logged one by one and the rest in one summary line when the window closes, so a loop of
-    garbage costs a line per 10 s, not one per line."""
+    """Every refusal counted; in each REFUSAL_WINDOW, the first REFUSALS_LOGGED of a source and
+    the first REFUSAL_LINES of all sources together are logged one by one, the rest in one
+    summary line when the window closes (how many, from how many sources, the top reasons and
+    sources). A loop of garbage, or a flood of connections from many addresses, costs node 0's
+    console a few lines per 10 s, not one per connection."""
 
     def __init__(self, log: Callable[..., None]) -> None:
         self._log = log
-        self._windows: dict[str, _Window] = {}
         self.total = 0
+        self._started: float | None = None  # the window's start (monotonic); None: none open
+        self._lines = 0  # logged one by one in this window
+        self._logged: dict[str, int] = {}  # ... per source
+        self._reasons: dict[str, int] = {}  # the rest, by reason and by source
+        self._sources: dict[str, int] = {}
 
     def refuse(self, source: str, why: str, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
         self.total += 1
-        window = self._windows.get(source)
-        if window is None or now - window.started >= REFUSAL_WINDOW:
-            self._summarise(source)
-            window = self._windows[source] = _Window(now)
-        window.count += 1
-        if window.count <= REFUSALS_LOGGED:
+        if self._started is None or now - self._started >= REFUSAL_WINDOW:
+            self._summarise()
+            self._started = now
+        mine = self._logged.get(source, 0)
+        if mine < REFUSALS_LOGGED and self._lines < REFUSAL_LINES:
+            self._logged[source] = mine + 1
+            self._lines += 1
             self._log("job_message_refused", "warning", source=source, reason=why)
-        else:
-            window.reasons[why] = window.reasons.get(why, 0) + 1
+            return
+        _count(self._reasons, why[:200])
+        _count(self._sources, source)
 
     def flush(self, now: float | None = None) -> None:
-        """Summarise the windows that are over (called from the loop's tick)."""
+        """Summarise the window once it is over (called from the loop's tick)."""
         now = time.monotonic() if now is None else now
-        for source, window in list(self._windows.items()):
-            if now - window.started >= REFUSAL_WINDOW:
-                self._summarise(source)
+        if self._started is not None and now - self._started >= REFUSAL_WINDOW:
+            self._summarise()
+            self._started = None
 
-    def _summarise(self, source: str) -> None:
-        window = self._windows.pop(source, None)
-        if window is None or not window.reasons:
+    def _summarise(self) -> None:
+        reasons, sources = self._reasons, self._sources
+        self._reasons, self._sources, self._logged, self._lines = {}, {}, {}, 0
+        if not reasons:
             return
-        more = sum(window.reasons.values())
-        top = sorted(window.reasons.items(), key=lambda item: -item[1])[:3]
+        top = sorted(reasons.items(), key=lambda item: -item[1])[:3]
+        most = sorted(sources.items(), key=lambda item: -item[1])[:3]
         self._log(
             "job_messages_refused",
             "warning",
-            source=source,
-            count=more,
+            source=most[0][0] if len(sources) == 1 else f"{len(sources)} sources",
+            count=sum(reasons.values()),
             seconds=REFUSAL_WINDOW,
             reasons="; ".join(f"{n} x {why}" for why, n in top),
+            sources=", ".join(f"{src} ({n})" for src, n in most),
         )
+
+
+def _count(counts: dict[str, int], key: str) -> None:
+    """One more of `key`; at most _KEPT keys (a flood of new sources or reasons is counted as
+    one `other`), so a window's books stay bounded."""
+    if key not in counts and len(counts) >= _KEPT:
+        key = "other"
+    counts[key] = counts.get(key, 0) + 1

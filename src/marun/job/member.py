@@ -19,8 +19,8 @@ from marun.inputs.numbers import is_port
 from marun.job.coordinator import Coordinator
 from marun.job.cputime import descendants_cpu
 from marun.job.handshake import read_challenge
-from marun.job.heartbeat import Beat
-from marun.job.phases import MemberPhase
+from marun.job.heartbeat import Backoff, Beat
+from marun.job.phases import MEMBER_MOVES, MemberPhase
 from marun.job.protocol import (
     LineBuffer,
     ProtocolError,
@@ -33,6 +33,7 @@ from marun.plan.coordination import Coordination
 from marun.runtime.joblink import JobEvent
 
 _RETRY = 0.5
+_STALL = 3.0  # seconds between two turns of the loop (it turns every 0.2 s): this marun was frozen
 _UNSTARTED_END_WAIT = 10.0  # seconds a node that never started waits for the job's end
 
 
@@ -80,6 +81,9 @@ class Member:
         self._close_requested = threading.Event()
         self._tries = 0
         self._last_error = ""
+        self._backoff = Backoff()  # before the next try of a connection (marun.job.heartbeat)
+        self._welcomed = False  # the current connection had node 0's welcome
+        self._clash = ""  # why node 0's port turned this marun away (another job's, ...)
         self.instance = new_nonce()  # this marun process's (node 0 tells a restarted one apart)
         self._leader_instance = ""  # node 0's coordinator's, from its welcome
         self._said: set[str] = set()  # refusals logged already (each once)
@@ -154,13 +158,9 @@ class Member:
         return self._done_code
 
     def _enter(self, phase: MemberPhase) -> None:
-        """The one place the phase changes; only forward (marun.job.phases). DONE wakes the
-        wait at the end (report_end, in the supervisor's thread)."""
-        order = list(MemberPhase)
-        if order.index(phase) > order.index(self.phase):
-            self.phase = phase
-        elif phase is MemberPhase.RUNNING and self.phase is MemberPhase.RESTARTING:
-            self.phase = phase  # the one cycle: a restart round's start
+        """The one place the phase changes, checked against marun.job.phases.MEMBER_MOVES. DONE
+        wakes the wait at the end (report_end, in the supervisor's thread)."""
+        self.phase = MEMBER_MOVES.move(self.phase, phase, self._log)
         if phase is MemberPhase.DONE:
             self._done.set()
 
@@ -197,14 +197,25 @@ class Member:
 
     def _converse(self) -> None:
         buf = LineBuffer()
-        last_heard = time.monotonic()
+        began = last_heard = last_turn = time.monotonic()
         # The leader gives up on missing nodes after arrival_timeout; a member whose leader
-        # never answers gives up a peer_timeout later, naming it.
+        # never answers gives up a peer_timeout later, naming it; one that node 0's port only
+        # ever turned away (another job's marun there) gives up after arrival_timeout.
         give_up = last_heard + self.coord.arrival_timeout + self.coord.peer_timeout
         beat = Beat(self.coord)  # the job's heartbeat interval (marun.job.heartbeat)
         while not self._close_requested.is_set():
             now = time.monotonic()
-            if self.phase is MemberPhase.WAITING and now >= give_up:
+            gap, last_turn = now - last_turn, now
+            if gap > _STALL:
+                # This marun did not run (frozen by SIGSTOP, or starved): node 0's lines wait in
+                # the socket, read next; the silence was this node's, not node 0's.
+                self._log("member_stalled", "warning", seconds=round(gap, 1))
+                last_heard = max(last_heard, now)
+                give_up += gap
+            clashed = bool(self._clash) and not self._leader_instance
+            if self.phase is MemberPhase.WAITING and (
+                now >= give_up or (clashed and now - began >= self.coord.arrival_timeout)
+            ):
                 self._stop_event = self._lost_leader("before the start")
                 self._push(self._stop_event)
                 self._disconnect()
@@ -217,11 +228,13 @@ class Member:
                         f"{self.coord.peer_timeout:g}s"
                     )
                     return
-                if self._connect():
+                if now < self._backoff.next_try:
+                    time.sleep(min(0.2, self._backoff.next_try - now))
+                elif self._connect():
                     buf = self._buf
                     last_heard = time.monotonic()
                 else:
-                    time.sleep(_RETRY)
+                    self._backoff.failed()
                 continue
             if beat.due(now):
                 self._heartbeat(now)
@@ -234,6 +247,8 @@ class Member:
             sock = self._sock
             if sock is not None and self._read_leader(sock, buf):
                 last_heard = time.monotonic()
+            if self._sock is None and not self._welcomed:
+                self._backoff.failed()  # closed without a welcome: turned away
 
     def _heartbeat(self, now: float) -> None:
         fields: dict[str, Any] = {"idle": round(now - self._last_activity, 2)}
@@ -291,13 +306,15 @@ class Member:
         except (OSError, ProtocolError) as exc:
             self._last_error = f"no challenge from node {self.coord.leader}'s marun: {exc}"
             if isinstance(exc, ProtocolError) and "another job" in str(exc):
-                self._say_once(f"{self._target[0]}:{self._target[1]} is another job's marun: {exc}")
+                self._clash = f"{self._target[0]}:{self._target[1]} is another job's marun: {exc}"
+                self._say_once(self._clash)
             with contextlib.suppress(OSError):
                 sock.close()
             return False
         with self._send_lock:
             self._peer, self._mine, self._seq_out = peer, new_nonce(), 0
             self._sock = sock
+            self._welcomed = False
         self._send(
             "hello",
             host=self._host,
@@ -324,14 +341,17 @@ class Member:
         kind = body["type"]
         if kind == "welcome":
             self._leader_instance = str(body.get("instance", ""))
+            self._welcomed = True
+            self._backoff.reset()
         elif kind == "refused":
-            self._say_once(f"node {self.coord.leader}'s marun refused this one: {body.get('why')}")
+            self._clash = f"node {self.coord.leader}'s marun refused this one: {body.get('why')}"
+            self._say_once(self._clash)
             self._last_error = f"refused: {body.get('why')}"
         elif kind == "start":
             self._on_start(body)
         elif kind == "restart" and int(body.get("round", 0)) > self._round:
             self._round = int(body["round"])
-            if self._started_at is not None:
+            if self._started_at is not None and self.phase is MemberPhase.RUNNING:
                 self._enter(MemberPhase.RESTARTING)
             self._push(JobEvent("restart", self._round, body.get("cause")))
         elif kind == "stop":
@@ -354,8 +374,8 @@ class Member:
             return
         if round_ and self._started_at is not None and self.phase is not MemberPhase.RESTARTING:
             return  # a reconnection's reminder of the round this node runs
-        if round_ < self._round:
-            return
+        if round_ < self._round or self.phase not in (MemberPhase.WAITING, MemberPhase.RESTARTING):
+            return  # (stopping or done: no start of anything now)
         self._round = round_
         self._started_at = self._started_at or time.monotonic()
         self._enter(MemberPhase.RUNNING)
@@ -373,20 +393,23 @@ class Member:
             self._log("job_refused", "error", reason=why)
 
     def _lost_leader(self, when: str) -> JobEvent:
-        why = (
-            f"node {self.coord.leader} ({self.coord.host}:{self.coord.port}) not reachable "
-            f"{when}: {self._tries} tries over "
-            f"{self.coord.arrival_timeout + self.coord.peer_timeout:g}s"
-            + (f", last: {self._last_error}" if self._last_error else "")
-        )
-        return JobEvent(
-            "stop", LOST_EXIT, {"node": self.coord.leader, "exit_code": LOST_EXIT, "why": why}
-        )
+        if self._clash and not self._leader_instance:  # turned away every time: say why
+            why = (
+                f"{self._clash}; gave up after arrival_timeout {self.coord.arrival_timeout:g}s "
+                f"({self._tries} tries): two jobs on one job port (set job_port, or "
+                "MA_VJ_NAME / MARUN_JOB_TOKEN per job)"
+            )
+        else:
+            why = (
+                f"node {self.coord.leader} ({self.coord.host}:{self.coord.port}) not reachable "
+                f"{when}: {self._tries} tries over "
+                f"{self.coord.arrival_timeout + self.coord.peer_timeout:g}s"
+                + (f", last: {self._last_error}" if self._last_error else "")
+            )
+        return _leader_stop(self.coord.leader, why)
 
     def _lost(self, why: str) -> None:
-        event = JobEvent(
-            "stop", LOST_EXIT, {"node": self.coord.leader, "exit_code": LOST_EXIT, "why": why}
-        )
+        event = _leader_stop(self.coord.leader, why)
         self._disconnect()
         if self._stop_event is None:
             self._stop_event = event
@@ -414,3 +437,8 @@ class Member:
                 sock.sendall(line)
             except OSError:
                 self._disconnect()
+
+
+def _leader_stop(leader: int, why: str) -> JobEvent:
+    """This node's own stop for node 0's loss (it never answered, or went silent)."""
+    return JobEvent("stop", LOST_EXIT, {"node": leader, "exit_code": LOST_EXIT, "why": why})

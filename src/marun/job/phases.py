@@ -37,6 +37,8 @@ from __future__ import annotations
 
 from enum import Enum
 
+from marun.runtime.transitions import Transitions
+
 
 class JobPhase(Enum):
     GATHERING = "gathering"
@@ -53,3 +55,30 @@ class MemberPhase(Enum):
     RESTARTING = "restarting"  # a restart round: this node stops its ranks, then waits
     STOPPING = "stopping"
     DONE = "done"
+
+
+# The moves above as tables (marun.runtime.transitions): every phase change goes through them.
+JOB_MOVES: Transitions[JobPhase] = Transitions(
+    "job (node 0)",
+    JobPhase.GATHERING,
+    {
+        JobPhase.GATHERING: (JobPhase.RUNNING, JobPhase.STOPPING),
+        JobPhase.RUNNING: (JobPhase.DUMPING, JobPhase.RESTARTING, JobPhase.STOPPING, JobPhase.DONE),
+        JobPhase.DUMPING: (JobPhase.RESTARTING, JobPhase.STOPPING, JobPhase.DONE),
+        JobPhase.RESTARTING: (JobPhase.RUNNING, JobPhase.STOPPING),
+        JobPhase.STOPPING: (JobPhase.DONE,),
+        JobPhase.DONE: (),
+    },
+)
+
+MEMBER_MOVES: Transitions[MemberPhase] = Transitions(
+    "member (every node's link)",
+    MemberPhase.WAITING,
+    {
+        MemberPhase.WAITING: (MemberPhase.RUNNING, MemberPhase.STOPPING, MemberPhase.DONE),
+        MemberPhase.RUNNING: (MemberPhase.RESTARTING, MemberPhase.STOPPING, MemberPhase.DONE),
+        MemberPhase.RESTARTING: (MemberPhase.RUNNING, MemberPhase.STOPPING, MemberPhase.DONE),
+        MemberPhase.STOPPING: (MemberPhase.DONE,),
+        MemberPhase.DONE: (),
+    },
+)

@@ -182,7 +182,16 @@ class LineBuffer:
 
 # A failure's fields as every node prints them (marun.runtime.joblink.job_failure_summary):
 # anything else, or of another type, is left out; text is cut to a sane size.
-_FAILURE_TEXT = {"why": 2000, "name": 200, "host": 200, "signal": 40, "log": 1000}
+# `stop_signal`: the signal that stopped a node's marun (not a rank's): it ends the job, never a
+# restart round (docs/supervision.md, "Signals").
+_FAILURE_TEXT = {
+    "why": 2000,
+    "name": 200,
+    "host": 200,
+    "signal": 40,
+    "stop_signal": 40,
+    "log": 1000,
+}
 _FAILURE_STACKS = 1 << 19
 
 

@@ -68,3 +68,15 @@ def job_report(
         "rounds": [_round(r) for r in rounds or ()],
         "nodes": nodes,
     }
+
+
+def write_job_json(report: dict[str, Any], directory: str) -> str:
+    """job.json into `directory` (atomic, 0600); its path."""
+    import json
+    import os
+
+    from marun._files import atomic_write, private_dir
+
+    path = os.path.join(private_dir(directory, strict=False), "job.json")
+    atomic_write(path, json.dumps(report, indent=2) + "\n", 0o600)
+    return path

@@ -153,7 +153,7 @@ class RestartRounds(Arrival):
         for member in self.members.values():
             member.idle = 0.0
             member.last_seen = time.monotonic()  # a node's silence counts from the round's start
-        self.phase = JobPhase.RUNNING  # the cycle's way back (marun.job.phases)
+        self._enter(JobPhase.RUNNING)  # the cycle's way back (marun.job.phases)
         self._log("job_round_start", round=self.round, ports=self._round_ports)
         self._broadcast("start", round=self.round, ports=self._round_ports)
 

@@ -86,6 +86,7 @@ class MemberState:
     outcome: str | None = None
     exit_code: int | None = None
     stacks: str | None = None
+    closed_at: float = 0.0  # monotonic: when its connection last closed (conn None since)
     # restart rounds (marun.job.restart_rounds): the last round it said `stopped` and `running`
     # for, and how many ranks it started then
     stopped_round: int = 0
@@ -263,6 +264,7 @@ class CoordinatorWire:
             member = self.members.get(conn.member)
             if member is not None and member.conn is conn:
                 member.conn = None  # silent from now on: peer_timeout counts
+                member.closed_at = time.monotonic()  # and, after the start, CLOSED_LOST
                 self.members.closed.add(conn.member)  # before the start: not present (arrival)
 
     def _refuse(self, conn: Conn, why: str) -> None:

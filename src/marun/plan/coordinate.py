@@ -46,17 +46,22 @@ def job_id(
     nodes: int,
     slots: int,
     hosts: tuple[str, ...],
+    rendezvous: tuple[str, ...] = (),
 ) -> str:
     """The job's id, the same on every node of the job and unlike another job's on the same
     network: the platform's job name (MA_VJ_NAME; `-` when unset) and a digest of everything
-    else every node knows alike: the mode, node 0's address and job port, the job's size and
-    its hosts. Two jobs that share all of these (no name, one init_method, hosts unknown) are
-    still told apart at run time: a node's marun that is already there keeps its place
-    (docs/supervision.md, "How jobs are told apart")."""
+    else every node knows alike: the mode, node 0's address and job port, the job's size, its
+    hosts and the rendezvous the platform appended to every node alike (`--init_method`,
+    `--world_size`): two hand-run jobs on one
+    host with one job port but their own rendezvous ports are two jobs, never one. Two jobs
+    that share all of these are still told apart at run time: a node's marun that is already
+    there keeps its place (docs/supervision.md, "How jobs are told apart")."""
     import hashlib  # here: OpenSSL's library costs a single-node run's exec path 3 MiB
     import json
 
     what = [name or "", mode, leader, port, nodes, slots, list(hosts)]
+    if rendezvous:  # (kept out when empty: the ids of jobs without one stay as they were)
+        what.append(list(rendezvous))
     digest = hashlib.sha256(json.dumps(what).encode()).hexdigest()[:12]
     return f"{name or '-'}.{digest}"
 
@@ -97,6 +102,20 @@ def coordination_for(plan: LaunchPlan, platform: Platform) -> Coordination | Non
     return _section(plan.mode, shape, platform)
 
 
+# The appended flags every node of a job is given alike (not --rank). TensorFlow's host lists
+# are not among them: the same cluster also comes from TF_*_HOSTS, and node 0's task is in the
+# id already.
+_SHARED_FLAGS = ("init_method", "world_size")
+
+
+def _rendezvous(platform: Platform) -> tuple[str, ...]:
+    return tuple(
+        f"{flag}={platform.appended.get(flag)}"
+        for flag in _SHARED_FLAGS
+        if platform.appended.get(flag) is not None
+    )
+
+
 def _section(mode: str, shape: JobShape, platform: Platform) -> Coordination:
     settings = platform.settings
     hosts = _job_hosts(platform, shape.nodes)
@@ -114,6 +133,7 @@ def _section(mode: str, shape: JobShape, platform: Platform) -> Coordination:
             shape.nodes,
             shape.slots,
             hosts if shape.hosts_in_id else (),
+            _rendezvous(platform),
         ),
         hosts=hosts,
         leader=shape.leader,

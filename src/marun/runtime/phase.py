@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from enum import Enum
 
+from marun.runtime.transitions import Transitions
+
 
 class Phase(Enum):
     """Where the supervisor is in a job's life (like torch elastic's `WorkerState`).
@@ -35,3 +37,17 @@ class Phase(Enum):
 
 # The phases before the stop: a failure, a signal or node 0's stop still decides the end.
 LIVE = (Phase.ARRIVING, Phase.RUNNING, Phase.RESTARTING)
+
+# The moves above as a table (marun.runtime.transitions): every phase change goes through it.
+SUPERVISOR_MOVES: Transitions[Phase] = Transitions(
+    "supervisor (one node's processes)",
+    Phase.ARRIVING,
+    {
+        Phase.ARRIVING: (Phase.RUNNING, Phase.STOPPING),
+        Phase.RUNNING: (Phase.RESTARTING, Phase.STOPPING),
+        Phase.RESTARTING: (Phase.ARRIVING, Phase.RUNNING, Phase.STOPPING),
+        Phase.STOPPING: (Phase.KILLING,),
+        Phase.KILLING: (Phase.GAVE_UP,),
+        Phase.GAVE_UP: (),
+    },
+)

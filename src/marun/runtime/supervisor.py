@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 from marun.errors import bad_value
 from marun.exit_codes import cannot_start_exit
 from marun.plan.launch_plan import LaunchPlan, NodePlan
+from marun.runtime import early_signals
 from marun.runtime.direct_log import DirectLogs
 from marun.runtime.output import Console, OutputStream, Pump, Relay, new_tail, open_log, widen_pipe
 from marun.runtime.phase import LIVE, Phase
@@ -150,11 +151,14 @@ class Supervisor(SupervisorRounds):
         try:
             with SignalPipe() as sigs:
                 self._sel.register(sigs.fileno(), selectors.EVENT_READ, None)
+                early = early_signals.first()  # one that came before this pipe listened
                 self.job.started = time.time()
+                if early is not None:
+                    self._on_signals([early])  # nothing starts; the job hears of it
                 if self._link is not None:
                     # Nothing starts before every node of the job has arrived (node 0 says).
                     self._sel.register(self._link.fileno(), selectors.EVENT_READ, "job")
-                else:
+                elif self._phase in LIVE:
                     self._start_all()
                 while not self._finished():
                     for key, _ in self._sel.select(self._timeout()):

@@ -115,7 +115,7 @@ class SupervisorRounds(SupervisorStop):
             self._round_detected = time.monotonic()
             self._round_killed = False
             self._deadline = time.monotonic() + self._options.grace_period
-            self._phase = Phase.RESTARTING
+            self._move(Phase.RESTARTING)
             self._pending.clear()
             self._emit(
                 "round_stopping",  # info: node 0's one line per round is what a person reads
@@ -160,7 +160,7 @@ class SupervisorRounds(SupervisorStop):
             if self._round_target is None:
                 return  # node 0 has not said which round (or stop) yet
             if self._link is not None:
-                self._phase = Phase.ARRIVING
+                self._move(Phase.ARRIVING)
                 self._emit("round_stopped", round=self._round_target)
                 self._link.report_stopped(self._round_target)
             else:
@@ -198,7 +198,7 @@ class SupervisorRounds(SupervisorStop):
             self.job.first_failure = None
             self.job.outcome = "succeeded"
             self.job.exit_code = 0
-        self._phase = Phase.RUNNING
+        self._move(Phase.RUNNING)
         self._round_target = None
         self._round_began = time.monotonic()
         running = {self._records.index(rec) for rec, _ in self._running.values()}

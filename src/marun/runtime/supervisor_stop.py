@@ -12,7 +12,7 @@ import subprocess
 import time
 
 from marun.exit_codes import signal_exit
-from marun.runtime.phase import LIVE, Phase
+from marun.runtime.phase import LIVE, SUPERVISOR_MOVES, Phase
 from marun.runtime.reaper import direct_children, live_groups, signal_group
 from marun.runtime.result import ProcessRecord
 from marun.runtime.signals import RELAYED, STOP, signal_name
@@ -43,6 +43,10 @@ class SupervisorStop(SupervisorReport):
     _groups: set[int]
     _daemons_only: bool
 
+    def _move(self, phase: Phase) -> None:
+        """The one place the phase changes, checked against runtime.phase.SUPERVISOR_MOVES."""
+        self._phase = SUPERVISOR_MOVES.move(self._phase, phase, self._emit)
+
     def _advance(self) -> None:
         if self._phase is Phase.RUNNING and self._stop_the_others():
             return
@@ -60,12 +64,12 @@ class SupervisorStop(SupervisorReport):
             return
         now = time.monotonic()
         if self._phase is Phase.STOPPING and now >= self._deadline:
-            self._phase = Phase.KILLING
+            self._move(Phase.KILLING)
             self._deadline = now + KILL_WAIT
             self._emit("killing", "warning", after_grace_seconds=self._options.grace_period)
             self._signal_everything(signal.SIGKILL)
         elif self._phase is Phase.KILLING and now >= self._deadline:
-            self._phase = Phase.GAVE_UP
+            self._move(Phase.GAVE_UP)
             left = [pid for pid, _ in direct_children()] or sorted(self._running)
             self._emit("processes_left_after_sigkill", "error", pids=left)
         elif self._children_left and now - self._last_scan >= TICK:
@@ -119,6 +123,7 @@ class SupervisorStop(SupervisorReport):
             {
                 "exit_code": signal_exit(signum),
                 "signal": name,
+                "stop_signal": name,
                 "why": f"node {self._node.index} ({self._node.host}) stopped by {name}"
                 + (" before the start" if before_start else ""),
             }
@@ -127,7 +132,7 @@ class SupervisorStop(SupervisorReport):
     def _begin_stop(self, reason: str, signum: int) -> None:
         if self._phase not in LIVE:
             return
-        self._phase = Phase.STOPPING
+        self._move(Phase.STOPPING)
         self._stop_sig = signum
         self._pending.clear()
         self._deadline = time.monotonic() + self._options.grace_period
