@@ -102,7 +102,7 @@ def open_link(plan: LaunchPlan) -> JobLink:
     import contextlib
 
     from marun._files import private_dir
-    from marun.errors import MarunError
+    from marun.errors import InputError
     from marun.job.link import open_link as open_job_link
     from marun.log import get_logger, log_to_file
 
@@ -118,9 +118,12 @@ def open_link(plan: LaunchPlan) -> JobLink:
     try:
         link: Any = open_job_link(plan, get_logger("marun.job"))
     except OSError as exc:
-        raise MarunError(
+        # Bad input, as a taken rendezvous port is (runtime.execute.refuse_taken_ports): most
+        # often another job's node 0 on this host with the same job port. Nothing started.
+        raise InputError(
             f"job_port={coord.port}: node {coord.index} cannot listen for the job's nodes "
-            f"({exc.strerror}); expected a free port (set job_port)"
+            f"({exc.strerror}: another job's marun on this host?); expected a free port "
+            "(set job_port per job)"
         ) from None
     joined: JobLink = link
     return joined
