@@ -109,8 +109,12 @@ def test_every_pod_plans(path: Path, tmp_path: Path) -> None:
         env.pop("MA_LOG_DIR", None)  # not this machine's
         # The ssh plugin's mount (the pod's ~/.ssh), as this user's own: mode 0600.
         env["MARUN_SSH_DIR"] = str(ssh_dir)
-        if "RANK_TABLE_FILE" in env:  # what HCCL-Controller writes, completed: 2 servers x 8
-            env["RANK_TABLE_FILE"] = str(DATA / "ranktables" / "server_list_2x8.json")
+        table = None
+        if "RANK_TABLE_FILE" in env:
+            # What the Ascend Operator writes for these pods, completed: 2 servers x 8, worker-1
+            # listed first (its order is its own, not the pods' indexes).
+            table = DATA / "ranktables" / "ascend_operator_2x8.json"
+            env["RANK_TABLE_FILE"] = str(table)
         # The code volume (a ConfigMap of examples/) is examples/ here; a script of the user's
         # own (ascend.yaml's train.py) is examples/hello.py.
         args = [
@@ -126,3 +130,6 @@ def test_every_pod_plans(path: Path, tmp_path: Path) -> None:
         plan = json.loads(proc.stdout)
         (node,) = plan["nodes"]
         assert node["processes"], f"{pod.name}: nothing planned\n{proc.stdout}"
+        if table is not None:  # this pod's server: the one whose container_ip is its address
+            servers = json.loads(table.read_text())["server_list"]
+            assert servers[node["index"]]["container_ip"] == pod.ip, pod.name
