@@ -78,7 +78,8 @@ def test_pods_carry_what_the_plugins_inject(path: Path, tmp_path: Path) -> None:
             assert env[f"VC_{key.upper()}_HOSTS"] == ",".join(hosts)
             assert env[f"VC_{key.upper()}_NUM"] == str(count)
             assert (tmp_path / "etc-volcano" / f"{key}.host").read_text().split() == hosts
-        assert env["MA_VJ_NAME"] == name  # the manifest's literal agrees with the Job's name
+        # From the pod's labels, through the downward API: the Job's and the task's names.
+        assert (env["MA_VJ_NAME"], env["MA_TASK_NAME"]) == (name, pod.task)
         assert env["MA_CURRENT_IP"] == pod.ip
         aliases = {h for a in spec["hostAliases"] for h in a["hostnames"]}
         assert {f"{p.name}.{name}" for p in pods} <= aliases

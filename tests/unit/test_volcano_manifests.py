@@ -204,3 +204,30 @@ def test_pod_grace_outlasts_maruns(path: Path) -> None:
             f"{task}: terminationGracePeriodSeconds={pod_grace} leaves marun's grace_period="
             f"{_marun_grace(spec):g} less than {AFTER_GRACE:g}s for its end"
         )
+
+
+ACCELERATORS = ("nvidia.com/", "huawei.com/")
+SHM = "/dev/shm"
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.stem)
+def test_accelerator_pods_request_memory_and_get_a_shm(path: Path) -> None:
+    """An accelerator pod without cpu/memory requests is BestEffort: the kubelet evicts it first,
+    and an eviction restarts the whole job. A container's /dev/shm is 64 MiB unless a
+    memory-backed volume replaces it: DataLoader workers die with a bus error past it."""
+    checked = 0
+    for task, spec in _templates(_job(path)):
+        container = _container(spec)
+        resources = container.get("resources") or {}
+        if not any(r.startswith(ACCELERATORS) for r in resources.get("limits") or {}):
+            continue
+        checked += 1
+        assert {"cpu", "memory"} <= set(resources.get("requests") or {}), task
+        mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts") or []}
+        assert SHM in mounts, f"{task}: no volume at {SHM}"
+        (volume,) = [v for v in spec["volumes"] if v["name"] == mounts[SHM]]
+        assert volume.get("emptyDir", {}).get("medium") == "Memory", task
+    if path.stem == "tensorflow-ps":
+        assert checked == 0  # on CPUs: nothing to check
+    else:
+        assert checked, f"{path.name}: no accelerator pod"
