@@ -51,10 +51,11 @@ def load_platform_rank_table(platform: Platform, raw: str) -> RankTable:
             raw_size,
             f"{table.rank_size}, the number of ranks in rank table {table.path}",
         )
-    if platform.env.get("MA_NUM_HOSTS", "").strip() and platform.num_hosts() != len(table.servers):
+    stated = platform.given_num_hosts()  # MA_NUM_HOSTS, else Volcano's VC_<TASK>_NUM
+    if stated is not None and stated[1] != len(table.servers):
         raise bad_value(
-            "MA_NUM_HOSTS",
-            platform.env["MA_NUM_HOSTS"],
+            stated[0],
+            platform.env[stated[0]],
             f"{len(table.servers)}, the number of servers in rank table {table.path}",
         )
     return table
@@ -118,8 +119,8 @@ def _node_index(platform: Platform, table: RankTable) -> int | None:
     if name is None:
         return None
     raw = platform.env[name]
-    if platform.env.get("MA_NUM_HOSTS", "").strip():
-        index = platform.node_index()  # validates it against MA_NUM_HOSTS
+    if platform.given_num_hosts() is not None:
+        index = platform.node_index()  # validates it against the node count
     else:
         index = parse_int(name, raw, 0, MAX_NODES - 1)
     if index >= len(table.servers):

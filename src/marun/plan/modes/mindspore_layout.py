@@ -234,7 +234,7 @@ def _table_sched_host(
         return LOOPBACK
     if in_pod and this_index == 0 and not all_nodes:
         return nic.address
-    if in_pod and platform.env.get("MA_NUM_HOSTS"):
+    if in_pod and platform.given_num_hosts() is not None:
         host0 = node_hosts(platform)[0]
         if is_ipv4(host0):
             return host0
