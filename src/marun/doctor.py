@@ -240,7 +240,11 @@ def _ports(platform: Platform, mode: str | None) -> list[tuple[str, int]]:
     ports: list[tuple[str, int]] = []
     if mode == "mpi":
         ports.append(("sshd_port", s.sshd_port))
-    if mode is not None and platform.env.get("MA_NUM_HOSTS", "1") != "1" and s.job_port:
+    try:  # MA_NUM_HOSTS, else Volcano's VC_<TASK>_NUM; a bad one is the node check's to say
+        several = platform.num_hosts() > 1
+    except InputError:
+        several = platform.env.get("MA_NUM_HOSTS", "1") != "1"
+    if mode is not None and several and s.job_port:
         # Node 0's marun listens there for the job's other nodes (docs/supervision.md).
         ports.append(("job_port", s.job_port))
     if mode == "mindspore":

@@ -189,9 +189,7 @@ def scaled(job: Mapping[str, Any], replicas: int, gpus: int) -> dict[str, Any]:
     (task,) = out["spec"]["tasks"]
     task["replicas"] = replicas
     (container,) = task["template"]["spec"]["containers"]
-    for var in container["env"]:
-        if var["name"] == "MA_NUM_HOSTS":
-            var["value"] = str(replicas)
+    for var in container["env"]:  # the node count is the svc plugin's VC_WORKER_NUM: replicas
         if var["name"] == "MA_NUM_GPUS":
             var["value"] = str(gpus)
     container["args"] = [

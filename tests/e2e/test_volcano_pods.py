@@ -78,7 +78,8 @@ def test_pods_carry_what_the_plugins_inject(path: Path, tmp_path: Path) -> None:
             assert env[f"VC_{key.upper()}_HOSTS"] == ",".join(hosts)
             assert env[f"VC_{key.upper()}_NUM"] == str(count)
             assert (tmp_path / "etc-volcano" / f"{key}.host").read_text().split() == hosts
-        assert env["MA_VJ_NAME"] == name  # the manifest's literal agrees with the Job's name
+        # From the pod's labels, through the downward API: the Job's and the task's names.
+        assert (env["MA_VJ_NAME"], env["MA_TASK_NAME"]) == (name, pod.task)
         assert env["MA_CURRENT_IP"] == pod.ip
         aliases = {h for a in spec["hostAliases"] for h in a["hostnames"]}
         assert {f"{p.name}.{name}" for p in pods} <= aliases
@@ -109,8 +110,12 @@ def test_every_pod_plans(path: Path, tmp_path: Path) -> None:
         env.pop("MA_LOG_DIR", None)  # not this machine's
         # The ssh plugin's mount (the pod's ~/.ssh), as this user's own: mode 0600.
         env["MARUN_SSH_DIR"] = str(ssh_dir)
-        if "RANK_TABLE_FILE" in env:  # what HCCL-Controller writes, completed: 2 servers x 8
-            env["RANK_TABLE_FILE"] = str(DATA / "ranktables" / "server_list_2x8.json")
+        table = None
+        if "RANK_TABLE_FILE" in env:
+            # What the Ascend Operator writes for these pods, completed: 2 servers x 8, worker-1
+            # listed first (its order is its own, not the pods' indexes).
+            table = DATA / "ranktables" / "ascend_operator_2x8.json"
+            env["RANK_TABLE_FILE"] = str(table)
         # The code volume (a ConfigMap of examples/) is examples/ here; a script of the user's
         # own (ascend.yaml's train.py) is examples/hello.py.
         args = [
@@ -126,3 +131,6 @@ def test_every_pod_plans(path: Path, tmp_path: Path) -> None:
         plan = json.loads(proc.stdout)
         (node,) = plan["nodes"]
         assert node["processes"], f"{pod.name}: nothing planned\n{proc.stdout}"
+        if table is not None:  # this pod's server: the one whose container_ip is its address
+            servers = json.loads(table.read_text())["server_list"]
+            assert servers[node["index"]]["container_ip"] == pod.ip, pod.name

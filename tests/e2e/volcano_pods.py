@@ -6,12 +6,16 @@ plugins do to each replica of each task: the pod `<job>-<task>-<index>` with tha
 the job's subdomain, the labels, `VK_TASK_INDEX`/`VC_TASK_INDEX`, `VC_<TASK>_HOSTS` and
 `VC_<TASK>_NUM` for every task, `/etc/volcano/<task>.host`, and the job's ssh key pair mounted
 where `--ssh-key-file-path` says. What the kubelet would then do is done here too, since podman
-does not: the downward API's `metadata.name` and `status.podIP` are filled in, and `$(VAR)` in
-`args` is expanded from the container's variables. What cannot exist on this machine is stood
-in for, and only that: a `configMap`/`secret` volume is a `hostPath` directory with the same
-files; cluster DNS is `hostAliases` naming every pod's FQDN and short name (podman ignores
-`subdomain`); device limits (`nvidia.com/gpu`, `huawei.com/*`) are dropped, and so are
-`ports` (podman would publish them on the host).
+does not: the downward API's `metadata.name`, `status.podIP` and the pod's labels and
+annotations (`metadata.labels['volcano.sh/task-spec']`) are filled in, and `$(VAR)` in `args` is
+expanded from the container's variables. What cannot exist on this machine is stood in for, and
+only that: a `configMap`/`secret` volume is a `hostPath` directory with the same files; cluster
+DNS is `hostAliases` naming every pod's FQDN and short name (podman ignores `subdomain`);
+devices (`nvidia.com/gpu`, `huawei.com/*`) are dropped from the limits and requests, with the
+cpu and memory requests sized for a training node, and so are `ports` (podman would publish
+them on the host); a memory-backed `/dev/shm` volume is podman's own `/dev/shm` (a tmpfs). An
+NPU pod gets the annotation Huawei's device plugin writes (`huawei.com/Ascend910:
+Ascend910-0,...`), which its ASCEND_VISIBLE_DEVICES reads.
 
 `validate(pods)` checks each Pod with `kubernetes-validate --strict` (offline schemas; Volcano's
 own Job CRD cannot be checked that way). `PodCluster` runs them: an `--internal` podman network
@@ -115,6 +119,23 @@ def _host_volume(
     return {"name": volume["name"], "hostPath": {"path": path}}
 
 
+def _device_annotations(containers: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """What Huawei's device plugin annotates a pod with: the NPUs it got, by name."""
+    out = {}
+    for container in containers:
+        limits = (container.get("resources") or {}).get("limits") or {}
+        for resource, count in limits.items():
+            if resource.startswith("huawei.com/"):
+                kind = resource.split("/", 1)[1]
+                out[resource] = ",".join(f"{kind}-{i}" for i in range(int(count)))
+    return out
+
+
+def _is_memory_shm(volume: Mapping[str, Any], mounts: Mapping[str, str]) -> bool:
+    empty = volume.get("emptyDir") or {}
+    return empty.get("medium") == "Memory" and mounts.get(volume["name"]) == "/dev/shm"
+
+
 def _downward(var: dict[str, Any], values: Mapping[str, str]) -> dict[str, Any]:
     """A variable from the downward API's fieldRef, with the value the kubelet would give it."""
     ref = (var.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath")
@@ -178,17 +199,36 @@ def volcano_pods(
             ip = ips[(task, index)]
             template = copy.deepcopy(spec["template"])
             meta = template.get("metadata") or {}
+            # job_controller_util.go (createJobPod): the labels Volcano adds to each pod
             labels = {
                 **(meta.get("labels") or {}),
                 "volcano.sh/job-name": name,
                 "volcano.sh/task-spec": task,
+                "volcano.sh/task-index": str(index),
+            }
+            annotations = {
+                **(meta.get("annotations") or {}),
+                "volcano.sh/task-index": str(index),
+                **_device_annotations(template["spec"]["containers"]),
             }
             pod_spec = template["spec"]
             if svc:
                 pod_spec["hostname"] = pod_name
                 pod_spec["subdomain"] = name
             pod_spec["hostAliases"] = aliases
-            volumes = [_host_volume(v, host_paths, pod_name) for v in pod_spec.get("volumes") or []]
+            shm_mounts = {
+                m["name"]: m["mountPath"]
+                for c in pod_spec["containers"]
+                for m in c.get("volumeMounts") or []
+            }
+            shm = {
+                v["name"] for v in pod_spec.get("volumes") or [] if _is_memory_shm(v, shm_mounts)
+            }
+            volumes = [
+                _host_volume(v, host_paths, pod_name)
+                for v in pod_spec.get("volumes") or []
+                if v["name"] not in shm
+            ]
             extra_mounts = []
             if svc:
                 volumes.append({"name": "volcano-hosts", "hostPath": {"path": str(volcano_dir)}})
@@ -210,6 +250,8 @@ def volcano_pods(
                 if image is not None:
                     container["image"] = image
                 downward = {"metadata.name": pod_name, "status.podIP": ip}
+                downward.update({f"metadata.labels['{k}']": v for k, v in labels.items()})
+                downward.update({f"metadata.annotations['{k}']": v for k, v in annotations.items()})
                 variables = [_downward(v, downward) for v in container.get("env") or []]
                 if with_env:
                     variables += [
@@ -225,24 +267,30 @@ def volcano_pods(
                     at = next(i for i, a in enumerate(args) if a.endswith(".py"))
                     args[at] = script
                 container["args"] = [_expand(a, values) for a in args]
-                container["volumeMounts"] = [*(container.get("volumeMounts") or []), *extra_mounts]
+                container["volumeMounts"] = [
+                    *(m for m in container.get("volumeMounts") or [] if m["name"] not in shm),
+                    *extra_mounts,
+                ]
                 # In Kubernetes a containerPort only documents; podman 4.3's kube play publishes
                 # each on the host, which would open the job's ports to the outside and collide
                 # between pods. Pods reach each other by address on their network.
                 container.pop("ports", None)
-                limits = (container.get("resources") or {}).get("limits") or {}
-                for resource in [r for r in limits if r.startswith(DEVICE_RESOURCES)]:
-                    del limits[resource]  # no such device here
-                if not limits:
+                resources = container.get("resources") or {}
+                for kind in ("limits", "requests"):
+                    amounts = resources.get(kind) or {}
+                    for resource in [r for r in amounts if r.startswith(DEVICE_RESOURCES)]:
+                        del amounts[resource]  # no such device here
+                    if kind == "requests":  # a training node's cpu and memory, not this one's
+                        amounts.pop("cpu", None)
+                        amounts.pop("memory", None)
+                    if not amounts:
+                        resources.pop(kind, None)
+                if not resources:
                     container.pop("resources", None)
             manifest = {
                 "apiVersion": "v1",
                 "kind": "Pod",
-                "metadata": {
-                    "name": pod_name,
-                    "labels": labels,
-                    "annotations": {"volcano.sh/task-index": str(index)},
-                },
+                "metadata": {"name": pod_name, "labels": labels, "annotations": annotations},
                 "spec": pod_spec,
             }
             pods.append(Pod(pod_name, task, index, ip, manifest))

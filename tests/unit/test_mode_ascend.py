@@ -170,8 +170,10 @@ def test_per_node_plans_every_device_of_this_server(script: Path) -> None:
             }
         ],
         "notes": [
+            "this node is rank table server 192.0.2.12 (#1): VC_TASK_INDEX=1, by position "
+            "(no server's address is MA_CURRENT_IP)",
             "server 192.0.2.12: HCCL_SOCKET_IFNAME not set, no interface here holds 192.0.2.12 "
-            "(set nic to choose an interface)"
+            "(set nic to choose an interface)",
         ],
     }
 
@@ -260,6 +262,69 @@ def test_per_node_finds_this_server(
     plan = _plan(script, {"RANK_TABLE_FILE": str(table), **env}, "--per-node")
     (node,) = plan["nodes"]
     assert node["index"] == index
+
+
+# The Ascend Operator's table for two pods: it orders servers by the pod annotation
+# hccl/rankIndex, numbered in the order of its pod list, so worker-1 (10.200.0.3) is listed first
+# with ranks 0-7 and worker-0 (10.200.0.2) second. Each server gives the pod's own address as
+# container_ip and the machine's as host_ip (no host_nic_ip).
+OPERATOR_TABLE = TABLES / "ascend_operator_2x8.json"
+
+
+@pytest.mark.parametrize(
+    ("env", "index", "rule"),
+    [
+        (
+            {"VC_TASK_INDEX": "0", "MA_CURRENT_IP": "10.200.0.2"},
+            1,
+            "its container_ip is this pod's MA_CURRENT_IP=10.200.0.2; it is server 1 of the "
+            "table, not VC_TASK_INDEX=0: the table's order is not the pods'",
+        ),
+        (
+            {"VC_TASK_INDEX": "1", "MA_CURRENT_IP": "10.200.0.3"},
+            0,
+            "its container_ip is this pod's MA_CURRENT_IP=10.200.0.3; it is server 0 of the "
+            "table, not VC_TASK_INDEX=1: the table's order is not the pods'",
+        ),
+        # No index to compare with: the address alone.
+        (
+            {"MA_CURRENT_IP": "10.200.0.2"},
+            1,
+            "its container_ip is this pod's MA_CURRENT_IP=10.200.0.2",
+        ),
+        # An address the table does not hold: the index, by position, and the plan says so.
+        (
+            {"VC_TASK_INDEX": "1", "MA_CURRENT_IP": "10.9.9.9"},
+            1,
+            "VC_TASK_INDEX=1, by position (no server's address is MA_CURRENT_IP)",
+        ),
+    ],
+)
+def test_the_operator_s_table_is_matched_by_this_pod_s_address(
+    script: Path, env: dict[str, str], index: int, rule: str
+) -> None:
+    base = {"RANK_TABLE_FILE": str(OPERATOR_TABLE), "MA_NUM_HOSTS": "2"}
+    plan = _plan(script, {**base, **env}, "--per-node")
+    (node,) = plan["nodes"]
+    assert node["index"] == index
+    assert node["host"] == ("10.200.0.3", "10.200.0.2")[index]  # the pod's address, not host_ip
+    assert [p["rank"] for p in node["processes"]] == list(range(8 * index, 8 * index + 8))
+    server = ("192.0.2.22", "192.0.2.21")[index]
+    assert f"this node is rank table server {server} (#{index}): {rule}" in plan["notes"]
+
+
+def test_an_index_out_of_range_is_refused_even_where_the_address_decides(script: Path) -> None:
+    env = {
+        "RANK_TABLE_FILE": str(OPERATOR_TABLE),
+        "MA_NUM_HOSTS": "2",
+        "VC_TASK_INDEX": "2",
+        "MA_CURRENT_IP": "10.200.0.2",
+    }
+    res = run_marun(
+        ["plan", "--mode", "ascend", "--per-node", "--", script.name], env=env, cwd=script.parent
+    )
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert "VC_TASK_INDEX='2'" in res.stderr
 
 
 def test_hccl_socket_ifname_from_the_interface_holding_the_server_address(script: Path) -> None:

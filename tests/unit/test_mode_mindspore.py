@@ -507,8 +507,12 @@ def rank_table(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
 def test_rank_table_all_nodes_exact_env(rank_table: Path) -> None:
     env = {"RANK_TABLE_FILE": str(rank_table), "VC_TASK_INDEX": "1"}
     data = _cli_plan(rank_table.parent, env, "--all-nodes", "--nic", "lo")
-    (layout,) = data["notes"]  # 2 devices on each of 2 servers: not what the platform allocates
+    # 2 devices on each of 2 servers: not what the platform allocates; node 1 by its index.
+    layout, chosen = data["notes"]
     assert "2 of 2 servers do not have 8 devices" in layout
+    assert chosen.endswith(
+        "(#1): VC_TASK_INDEX=1, by position (no server's address is MA_CURRENT_IP)"
+    )
     expected = _expected_2x2(NODE0, this_node=1)
     for node in expected:  # the table's physical devices
         for proc in node["processes"]:

@@ -29,6 +29,66 @@ def test_node_index(tmp_path: Path, env: dict[str, str], index: int) -> None:
     assert platform(env, tmp_path).node_index() == index
 
 
+# Volcano's svc plugin sets VC_<TASK>_NUM, the task's pod count: the node count where
+# MA_NUM_HOSTS is not set, and where both are, they agree.
+@pytest.mark.parametrize(
+    ("env", "stated"),
+    [
+        ({}, None),
+        ({"VC_WORKER_NUM": "3"}, ("VC_WORKER_NUM", 3)),
+        ({"MA_TASK_NAME": "ps-x", "VC_PS_X_NUM": "2"}, ("VC_PS_X_NUM", 2)),
+        ({"MA_NUM_HOSTS": "3", "VC_WORKER_NUM": "3"}, ("MA_NUM_HOSTS", 3)),
+        ({"MA_NUM_HOSTS": "2"}, ("MA_NUM_HOSTS", 2)),
+        ({"MA_TASK_NAME": "ps", "VC_WORKER_NUM": "3"}, None),  # another task's count
+    ],
+)
+def test_node_count_from_volcano(
+    tmp_path: Path, env: dict[str, str], stated: tuple[str, int] | None
+) -> None:
+    plat = platform(env, tmp_path)
+    assert plat.given_num_hosts() == stated
+    assert plat.num_hosts() == (stated[1] if stated else 1)
+
+
+def test_node_count_from_volcano_gives_the_host_list_and_index(tmp_path: Path) -> None:
+    env = {
+        "VC_WORKER_NUM": "2",
+        "VC_WORKER_HOSTS": "j-worker-0.j,j-worker-1.j",
+        "VC_TASK_INDEX": "1",
+    }
+    plat = platform(env, tmp_path)
+    assert (node_hosts(plat), plat.node_index()) == (("j-worker-0.j", "j-worker-1.j"), 1)
+
+
+HOSTNAME_WHY = "the task's pod template sets its own hostname"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"MA_NUM_HOSTS": "3", "VC_WORKER_NUM": "2"},
+            "VC_WORKER_NUM='2' but MA_NUM_HOSTS='3': expected the same node count",
+        ),
+        ({"VC_WORKER_NUM": "0"}, "VC_WORKER_NUM='0': expected an integer from 1 to"),
+        # A template with its own hostname: Volcano lists and counts one host for the task.
+        ({"MA_NUM_HOSTS": "2", "VC_WORKER_NUM": "1"}, HOSTNAME_WHY),
+        ({"VC_WORKER_NUM": "1", "VC_TASK_INDEX": "1"}, "an index below VC_WORKER_NUM=1 (Volcano"),
+    ],
+)
+def test_node_count_from_volcano_errors(tmp_path: Path, env: dict[str, str], message: str) -> None:
+    with pytest.raises(InputError, match=message.replace("(", r"\(")) as caught:
+        platform(env, tmp_path).node_index()
+    assert "\n" not in str(caught.value)
+
+
+def test_a_template_hostname_is_named_for_a_one_host_list(tmp_path: Path) -> None:
+    env = {"MA_NUM_HOSTS": "2", "VC_WORKER_HOSTS": "trainer.j"}
+    with pytest.raises(InputError, match=HOSTNAME_WHY) as caught:
+        node_hosts(platform(env, tmp_path))
+    assert str(caught.value).startswith("VC_WORKER_HOSTS lists 1 host(s) (trainer.j): expected ")
+
+
 @pytest.mark.parametrize(
     ("env", "message"),
     [

@@ -17,7 +17,7 @@ import os
 import re
 
 from marun.errors import InputError, bad_value
-from marun.inputs.injected import Platform
+from marun.inputs.injected import TEMPLATE_HOSTNAME_HINT, Platform, volcano_task_key
 from marun.inputs.textfile import read_input_text
 
 _LABEL = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
@@ -39,16 +39,11 @@ def check_host(what: str, text: str) -> str:
     return text
 
 
-def _task_key(task: str) -> str:
-    # Volcano writes `-` in a task name as `_` in both the variable and the file name.
-    return task.replace("-", "_")
-
-
 def node_hosts(platform: Platform) -> tuple[str, ...]:
     """One host name (or address) per node, index i at position i."""
-    count = platform.num_hosts()
+    count_var, count = platform.given_num_hosts() or ("MA_NUM_HOSTS", 1)
     task = platform.task_name()
-    var = f"VC_{_task_key(task).upper()}_HOSTS"
+    var = f"VC_{volcano_task_key(task).upper()}_HOSTS"
     raw = platform.env.get(var)
     source = var
     names: list[str]
@@ -57,7 +52,7 @@ def node_hosts(platform: Platform) -> tuple[str, ...]:
         if not names:
             raise bad_value(var, raw, "a comma-separated list of host names")
     else:
-        path = os.path.join(platform.settings.volcano_dir, f"{_task_key(task)}.host")
+        path = os.path.join(platform.settings.volcano_dir, f"{volcano_task_key(task)}.host")
         if os.path.isfile(path):
             text = read_input_text(path, "Volcano host file", "one host name a line")
             names = [h.strip() for h in text.splitlines() if h.strip()]
@@ -70,7 +65,7 @@ def node_hosts(platform: Platform) -> tuple[str, ...]:
             job = platform.job_name()
             if not job:
                 raise InputError(
-                    f"MA_NUM_HOSTS={count} but neither {var}, {path} nor MA_VJ_NAME is set: "
+                    f"{count_var}={count} but neither {var}, {path} nor MA_VJ_NAME is set: "
                     "expected one of them to name the nodes"
                 )
             pattern = tuple(f"{job}-{task}-{i}.{job}" for i in range(count))
@@ -79,8 +74,9 @@ def node_hosts(platform: Platform) -> tuple[str, ...]:
             return pattern
     if len(names) != count:
         shown = ",".join(names[:8]) + (",..." if len(names) > 8 else "")
+        why = f"; {TEMPLATE_HOSTNAME_HINT}" if len(names) == 1 else ""
         raise InputError(
-            f"{source} lists {len(names)} host(s) ({shown}): expected MA_NUM_HOSTS={count}"
+            f"{source} lists {len(names)} host(s) ({shown}): expected {count_var}={count}{why}"
         )
     for name in names:
         check_host(f"{source} entry", name)

@@ -26,6 +26,18 @@ TASK_INDEX_VARS = ("MA_TASK_INDEX", "VC_TASK_INDEX", "VK_TASK_INDEX")
 # Volcano's ssh plugin mounts the job's key pair as id_rsa and id_rsa.pub (with authorized_keys
 # and config) into the ssh directory: the key's file name, in one place.
 SSH_KEY = "id_rsa"
+# Volcano's svc plugin lists one host, and counts one, for a task whose pod template sets its own
+# `hostname` (every pod would have that name: pkg/controllers/job/plugins/svc/svc.go,
+# GenerateHosts). Said wherever a one-host list meets a larger node count.
+TEMPLATE_HOSTNAME_HINT = (
+    "Volcano's svc plugin lists one host when the task's pod template sets its own hostname: "
+    "leave spec.hostname out of the template"
+)
+
+
+def volcano_task_key(task: str) -> str:
+    """A task name as Volcano writes it in variables and host files: `-` as `_`."""
+    return task.replace("-", "_")
 
 
 @dataclass(frozen=True)
@@ -53,7 +65,30 @@ class Platform:
         return parse_int(name, raw, minimum, maximum)
 
     def num_hosts(self) -> int:
-        return self._int_var("MA_NUM_HOSTS", 1, 1, MAX_NODES)
+        """The job's node count (`given_num_hosts`); 1 where the platform states none."""
+        given = self.given_num_hosts()
+        return given[1] if given is not None else 1
+
+    def given_num_hosts(self) -> tuple[str, int] | None:
+        """The node count as the platform states it, and the variable that states it:
+        MA_NUM_HOSTS, else VC_<TASK>_NUM (Volcano's svc plugin: the pods of this task); None
+        where neither is set. Where both are, they must agree."""
+        count_var = f"VC_{volcano_task_key(self.task_name()).upper()}_NUM"
+        ma = self.env.get("MA_NUM_HOSTS", "")
+        vc = self.env.get(count_var, "")
+        ma_count = self._int_var("MA_NUM_HOSTS", None, 1, MAX_NODES) if ma != "" else None
+        vc_count = self._int_var(count_var, None, 1, MAX_NODES) if vc != "" else None
+        if ma_count is not None and vc_count is not None and ma_count != vc_count:
+            why = f"; {TEMPLATE_HOSTNAME_HINT}" if vc_count == 1 else ""
+            raise InputError(
+                f"{count_var}={vc!r} but MA_NUM_HOSTS={ma!r}: expected the same node count "
+                f"(Volcano's svc plugin counts the task's pods){why}"
+            )
+        if ma_count is not None:
+            return "MA_NUM_HOSTS", ma_count
+        if vc_count is not None:
+            return count_var, vc_count
+        return None
 
     def given_task_index(self) -> tuple[str, int] | None:
         """The platform's own index of this container (the first of TASK_INDEX_VARS that is
@@ -65,16 +100,20 @@ class Platform:
 
     def node_index(self) -> int:
         """This node's 0-based index; 0 on a single-node job that sets none."""
-        hosts = self.num_hosts()
+        count_var, hosts = self.given_num_hosts() or ("MA_NUM_HOSTS", 1)
         for name in TASK_INDEX_VARS:
             if self.env.get(name, "") != "":
                 index = self._int_var(name, None, 0, MAX_NODES - 1)
                 if index >= hosts:
-                    raise bad_value(name, self.env[name], f"an index below MA_NUM_HOSTS={hosts}")
+                    # VC_<TASK>_NUM=1 on a task of several pods: a template's own hostname.
+                    why = f" ({TEMPLATE_HOSTNAME_HINT})" if count_var != "MA_NUM_HOSTS" else ""
+                    raise bad_value(
+                        name, self.env[name], f"an index below {count_var}={hosts}{why}"
+                    )
                 return index
         if hosts > 1:
             raise InputError(
-                f"MA_NUM_HOSTS={hosts} but none of {', '.join(TASK_INDEX_VARS)} is set: "
+                f"{count_var}={hosts} but none of {', '.join(TASK_INDEX_VARS)} is set: "
                 "expected this node's index"
             )
         return 0

@@ -8,7 +8,8 @@ Two formats are in use (docs/platform-contract.md), all values JSON strings:
   one rank per device (davincirun's rule). Instances sharing a `server_id` form one server (the
   tutorial's 8-card table lists 8 one-device instances on one server).
 - server_list (`"version": "1.0"`; `"1.2"` SuperPoD tables add `super_pod_list`, ignored here):
-  servers with a `host_nic_ip` and `device` entries that each carry their `rank_id`.
+  servers with a `host_nic_ip` (the Ascend Operator writes `host_ip` and `container_ip` instead)
+  and `device` entries that each carry their `rank_id`.
 
 Both become one `RankTable`: servers in the rank order of their first device, each with its
 devices in rank order. The table is the authority on which physical device a rank runs on.
@@ -48,6 +49,9 @@ class Server:
     host_ip: str | None  # host_nic_ip (else container_ip), or server_id when that is an IP
     devices: tuple[Device, ...]  # in rank order
     pod_names: tuple[str, ...] = ()  # group_list: the instances (pods) on this server
+    # server_list: the pod's own address where the table gives it (the Ascend Operator writes
+    # the pod's status.podIP there): what tells a pod its server
+    container_ip: str | None = None
 
 
 @dataclass(frozen=True)
@@ -162,6 +166,7 @@ class _DeviceEntry:
     device_ip: str
     rank: int
     where: str
+    container_ip: str | None = None
 
 
 def _devices(r: _Reader, entry: Mapping[str, Any], key: str, where: str) -> list[tuple[int, str]]:
@@ -312,6 +317,8 @@ def _server_list_devices(r: _Reader, data: Mapping[str, Any]) -> list[_DeviceEnt
             server_id,
         )
         host_ip = next((c for c in candidates if c and is_ip(c)), None)
+        pod_ip = r.text(server, "container_ip", swhere, False)
+        container_ip = pod_ip if pod_ip and is_ip(pod_ip) else None
         entries = r.items(server, "device", swhere)
         if not entries:
             raise r.error(f"{swhere}.device is empty: expected at least one device")
@@ -327,6 +334,7 @@ def _server_list_devices(r: _Reader, data: Mapping[str, Any]) -> list[_DeviceEnt
                     r.device_ip(device, dwhere),
                     r.required_integer(device, "rank_id", dwhere),
                     dwhere,
+                    container_ip,
                 )
             )
     return device_entries
@@ -373,6 +381,7 @@ def _servers(device_entries: Sequence[_DeviceEntry]) -> tuple[Server, ...]:
                 host_ip=members[0].host_ip,
                 devices=tuple(Device(m.device_id, m.device_ip, m.rank) for m in members),
                 pod_names=pods,
+                container_ip=members[0].container_ip,
             )
         )
     return tuple(servers)

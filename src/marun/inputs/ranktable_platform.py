@@ -7,6 +7,7 @@ the file, the wait) is marun.inputs.ranktable's."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from marun.errors import InputError, bad_value
 from marun.inputs.injected import TASK_INDEX_VARS, Platform
@@ -50,10 +51,11 @@ def load_platform_rank_table(platform: Platform, raw: str) -> RankTable:
             raw_size,
             f"{table.rank_size}, the number of ranks in rank table {table.path}",
         )
-    if platform.env.get("MA_NUM_HOSTS", "").strip() and platform.num_hosts() != len(table.servers):
+    stated = platform.given_num_hosts()  # MA_NUM_HOSTS, else Volcano's VC_<TASK>_NUM
+    if stated is not None and stated[1] != len(table.servers):
         raise bad_value(
-            "MA_NUM_HOSTS",
-            platform.env["MA_NUM_HOSTS"],
+            stated[0],
+            platform.env[stated[0]],
             f"{len(table.servers)}, the number of servers in rank table {table.path}",
         )
     return table
@@ -117,8 +119,8 @@ def _node_index(platform: Platform, table: RankTable) -> int | None:
     if name is None:
         return None
     raw = platform.env[name]
-    if platform.env.get("MA_NUM_HOSTS", "").strip():
-        index = platform.node_index()  # validates it against MA_NUM_HOSTS
+    if platform.given_num_hosts() is not None:
+        index = platform.node_index()  # validates it against the node count
     else:
         index = parse_int(name, raw, 0, MAX_NODES - 1)
     if index >= len(table.servers):
@@ -130,33 +132,81 @@ def _node_index(platform: Platform, table: RankTable) -> int | None:
     return index
 
 
-def this_server_index(platform: Platform, table: RankTable) -> int:
-    """Which of the table's servers this node is, by the first of: RANK_ID's server; the
-    server holding this pod (MA_CURRENT_INSTANCE_NAME, group_list tables); the node index
-    (MA_TASK_INDEX/VC_TASK_INDEX/VK_TASK_INDEX; the platform numbers pods in the table's order);
-    the server whose server_id or host_ip is one of this machine's addresses or MA_CURRENT_IP /
-    MA_CURRENT_HOST_IP; the only server."""
-    rank = rank_id_from_env(platform, table)
-    if rank is not None:
-        return table.device_of_rank(rank)[0]
-    pod = platform.env.get("MA_CURRENT_INSTANCE_NAME", "").strip()
-    if pod:
-        holding = [i for i, server in enumerate(table.servers) if pod in server.pod_names]
-        if holding:
-            return holding[0]
-    node = _node_index(platform, table)
-    if node is not None:
-        return node
-    addresses = _local_addresses(platform)
-    matches = [
+@dataclass(frozen=True)
+class ServerChoice:
+    """Which of the table's servers this node is, and the rule that said so (for the plan)."""
+
+    index: int
+    rule: str
+
+
+def _matching(table: RankTable, addresses: set[str], container: bool) -> list[int]:
+    """The servers holding one of `addresses`: as their container_ip, or else as their
+    server_id or host address."""
+    if container:
+        return [i for i, s in enumerate(table.servers) if s.container_ip in addresses]
+    return [
         i
         for i, s in enumerate(table.servers)
         if s.server_id in addresses or (s.host_ip is not None and s.host_ip in addresses)
     ]
+
+
+def _by_pod_address(platform: Platform, table: RankTable) -> ServerChoice | None:
+    """The one server whose address is this pod's own (MA_CURRENT_IP, the downward API's
+    status.podIP): its container_ip (the Ascend Operator's tables), else its server_id or host
+    address (a pod on the host network). Several matching (every simulated node on 127.0.0.1)
+    tell nothing."""
+    own = platform.env.get("MA_CURRENT_IP", "").strip()
+    if not own:
+        return None
+    for container, what in ((True, "container_ip"), (False, "server_id or host address")):
+        found = _matching(table, {own}, container)
+        if len(found) == 1:
+            return ServerChoice(found[0], f"its {what} is this pod's MA_CURRENT_IP={own}")
+    return None
+
+
+def which_server(platform: Platform, table: RankTable) -> ServerChoice:
+    """Which of the table's servers this node is, by the first of: RANK_ID's server; the
+    server holding this pod (MA_CURRENT_INSTANCE_NAME, group_list tables); the one server whose
+    container_ip, else server_id or host address, is this pod's MA_CURRENT_IP; the node index
+    (MA_TASK_INDEX/VC_TASK_INDEX/VK_TASK_INDEX); the server whose server_id or host address is
+    one of this machine's addresses or MA_CURRENT_HOST_IP; the only server.
+
+    This pod's own address comes before its index: the Ascend Operator orders a table's servers
+    by the pod annotation `hccl/rankIndex`, which it numbers in the order of its cached pod
+    list, not by the pods' Volcano indexes (mind-cluster component/ascend-operator,
+    pkg/controllers/v1/pod.go and pkg/ranktable/common/common.go)."""
+    rank = rank_id_from_env(platform, table)
+    if rank is not None:
+        return ServerChoice(table.device_of_rank(rank)[0], f"it holds RANK_ID={rank}")
+    pod = platform.env.get("MA_CURRENT_INSTANCE_NAME", "").strip()
+    if pod:
+        holding = [i for i, server in enumerate(table.servers) if pod in server.pod_names]
+        if holding:
+            return ServerChoice(holding[0], f"it lists this pod, MA_CURRENT_INSTANCE_NAME={pod}")
+    node = _node_index(platform, table)  # checked even where the address decides
+    index_name = next((n for n in TASK_INDEX_VARS if platform.env.get(n, "").strip()), "")
+    by_address = _by_pod_address(platform, table)
+    if by_address is not None:
+        if node is not None and node != by_address.index:
+            # Not an error: the operator's order need not be the pods' (see above).
+            by_address = ServerChoice(
+                by_address.index,
+                f"{by_address.rule}; it is server {by_address.index} of the table, not "
+                f"{index_name}={node}: the table's order is not the pods'",
+            )
+        return by_address
+    if node is not None:
+        return ServerChoice(
+            node, f"{index_name}={node}, by position (no server's address is MA_CURRENT_IP)"
+        )
+    matches = _matching(table, _local_addresses(platform), container=False)
     if len(matches) == 1:
-        return matches[0]
+        return ServerChoice(matches[0], "its address is one of this machine's")
     if len(table.servers) == 1:
-        return 0
+        return ServerChoice(0, "it is the table's only server")
     ids = ", ".join(s.server_id for s in table.servers)
     if matches:
         both = ", ".join(table.servers[i].server_id for i in matches)
@@ -167,8 +217,13 @@ def this_server_index(platform: Platform, table: RankTable) -> int:
         )
     raise InputError(
         f"rank table {table.path}: none of its servers ({ids}) is this machine: expected "
-        "RANK_ID, VC_TASK_INDEX, MA_CURRENT_IP or an interface address to match one"
+        "RANK_ID, MA_CURRENT_IP, VC_TASK_INDEX or an interface address to match one"
     )
+
+
+def this_server_index(platform: Platform, table: RankTable) -> int:
+    """Which of the table's servers this node is (`which_server`, without the rule)."""
+    return which_server(platform, table).index
 
 
 # -- waiting for the table ------------------------------------------------------------------

@@ -30,7 +30,7 @@ def _auth(platform: Platform) -> str:
 def _job_hosts(platform: Platform, nodes: int) -> tuple[str, ...]:
     from marun.inputs.hosts import node_hosts
 
-    if not platform.env.get("MA_NUM_HOSTS") or platform.num_hosts() != nodes:
+    if platform.given_num_hosts() is None or platform.num_hosts() != nodes:
         return ()
     try:
         return node_hosts(platform)

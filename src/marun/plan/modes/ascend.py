@@ -40,7 +40,7 @@ from marun.inputs.ranktable_platform import (
     load_platform_rank_table,
     plans_per_device,
     rank_id_from_env,
-    this_server_index,
+    which_server,
 )
 from marun.plan.coordination import JobShape
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
@@ -145,7 +145,12 @@ def _planned_servers(
                 "runs the start file once per device), or --per-node if it runs once per node"
             )
         return [table.device_of_rank(own_rank)[0]]
-    return [this_server_index(platform, table)]
+    choice = which_server(platform, table)
+    notes.append(
+        f"this node is rank table server {table.servers[choice.index].server_id} "
+        f"(#{choice.index}): {choice.rule}"
+    )
+    return [choice.index]
 
 
 def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:

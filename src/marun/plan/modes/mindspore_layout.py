@@ -164,7 +164,7 @@ def from_rank_table(
         load_platform_rank_table,
         plans_per_device,
         rank_id_from_env,
-        this_server_index,
+        which_server,
     )
 
     table = load_platform_rank_table(platform, raw_path)
@@ -174,7 +174,12 @@ def from_rank_table(
     notes: list[str] = layout_notes(table)
     this_index: int | None
     try:
-        this_index = this_server_index(platform, table)
+        choice = which_server(platform, table)
+        this_index = choice.index
+        notes.append(
+            f"this node is rank table server {servers[this_index].server_id} "
+            f"(#{this_index}): {choice.rule}"
+        )
     except InputError:
         if not all_nodes:
             raise
@@ -229,7 +234,7 @@ def _table_sched_host(
         return LOOPBACK
     if in_pod and this_index == 0 and not all_nodes:
         return nic.address
-    if in_pod and platform.env.get("MA_NUM_HOSTS"):
+    if in_pod and platform.given_num_hosts() is not None:
         host0 = node_hosts(platform)[0]
         if is_ipv4(host0):
             return host0

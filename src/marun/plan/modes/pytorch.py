@@ -81,8 +81,9 @@ def read_rendezvous(platform: Platform) -> Rendezvous:
             f"--rank={raw_rank!r} but {given[0]}={platform.env[given[0]]!r}: expected this node's "
             "rank to be its task index (the platform appends --rank from it)"
         )
-    if platform.env.get("MA_NUM_HOSTS"):
-        hosts = platform.num_hosts()
+    stated = platform.given_num_hosts()  # MA_NUM_HOSTS, else Volcano's VC_<TASK>_NUM
+    if stated is not None:
+        count_var, hosts = stated
         if hosts != nodes:
             shown = (
                 f"--world_size={raw_world!r}"
@@ -90,7 +91,7 @@ def read_rendezvous(platform: Platform) -> Rendezvous:
                 else "no --world_size (a one-node job)"
             )
             raise InputError(
-                f"MA_NUM_HOSTS={platform.env['MA_NUM_HOSTS']!r} but the platform appended "
+                f"{count_var}={platform.env[count_var]!r} but the platform appended "
                 f"{shown}: expected the node count to agree"
             )
     return Rendezvous(host, port, node_rank, nodes)
@@ -99,7 +100,7 @@ def read_rendezvous(platform: Platform) -> Rendezvous:
 def _node_hosts(platform: Platform, rdzv: Rendezvous) -> tuple[tuple[str, ...], str | None]:
     """Every node's host name, and a note when the platform does not name them."""
     placeholders = tuple(f"node-{i}" for i in range(rdzv.nodes))
-    if not platform.env.get("MA_NUM_HOSTS"):
+    if platform.given_num_hosts() is None:
         return placeholders, "MA_NUM_HOSTS is not set: other nodes are shown as node-<i>"
     from marun.inputs.hosts import node_hosts
 

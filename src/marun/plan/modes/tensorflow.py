@@ -241,9 +241,10 @@ def placement_notes(ps: Sequence[str], workers: Sequence[str]) -> tuple[str, ...
 
 def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     if not has_cluster(platform):
-        if platform.num_hosts() > 1:
+        stated = platform.given_num_hosts()
+        if stated is not None and stated[1] > 1:
             raise InputError(
-                f"MA_NUM_HOSTS={platform.env['MA_NUM_HOSTS']!r} but the platform appended none of "
+                f"{stated[0]}={platform.env[stated[0]]!r} but the platform appended none of "
                 "--task_index --ps_hosts --worker_hosts --job_name: expected them on a multi-node "
                 "TensorFlow job"
             )
