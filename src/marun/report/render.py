@@ -80,7 +80,8 @@ def render_text(summary: dict[str, Any]) -> str:
 _CSS = """body{font-family:sans-serif;margin:1.5em;color:#222}
 h1{font-size:1.3em}.failed{color:#b00020}.succeeded{color:#1b5e20}
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}
-pre{background:#f4f4f4;padding:.5em}svg text{font-size:12px;font-family:sans-serif}
+pre{background:#f4f4f4;padding:.5em;white-space:pre-wrap;overflow-wrap:anywhere}
+svg text{font-size:12px;font-family:sans-serif}
 .legend span{margin-right:1.2em}"""
 
 _MARKS = {  # what -> (colour, shape) on the timeline
