@@ -180,3 +180,24 @@ def test_the_default_log_directory_is_marun_runs() -> None:
     assert default_log_dir({"MARUN_LOG_DIR": "/x", "MA_LOG_DIR": "/y"}) == Path("/x")
     assert default_log_dir({"MA_LOG_DIR": "/y"}) == Path("/y/marun")
     assert default_log_dir({}) == Path("marun_logs")
+
+
+def test_a_failure_that_is_no_process_s_is_told_by_its_why(tmp_path: Path) -> None:
+    node0 = write_job(tmp_path)
+    job = json.loads((node0 / "job.json").read_text())
+    why = "hang: no rank of the job wrote a line for 20s, and its ranks used 0.0s of CPU"
+    job.update(exit_code=124, first_failure={"why": why, "stacks": {"0": "..."}})
+    job["rounds"][0]["cause"] = {"why": "node 1 (h1) lost: no word from its marun for 60s"}
+    (node0 / "job.json").write_text(json.dumps(job))
+    lines = render_text(summarize(tmp_path)).splitlines()
+    assert lines[1] == f"first failure: {why}"
+    assert "  stacks: in job.json (first_failure.stacks) and in each rank's log" in lines
+    assert lines[3].startswith("round 1 after node 1 (h1) lost: no word from its marun for 60s:")
+
+
+def test_a_job_still_running_has_only_events(tmp_path: Path) -> None:
+    (tmp_path / "marun-events.log").write_text("2026-01-01T00:00:00.1 [info ] job_start\n")
+    s = summarize(tmp_path)
+    assert (s["outcome"], s["exit_code"], s["nodes"]) == ("running", None, [])
+    assert render_text(s).startswith("job (no job.json or result.json yet: still running?)")
+    render_html(s)  # a page all the same, with no rows

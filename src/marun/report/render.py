@@ -28,7 +28,11 @@ def render_text(summary: dict[str, Any]) -> str:
     """Outcome, first failure (and its last lines), rounds, phases, nodes, files: one line
     each."""
     out = []
-    job = summary["job"] or "(no job.json: one node's view)"
+    job = summary["job"] or (
+        "(no job.json or result.json yet: still running?)"
+        if summary["outcome"] == "running"
+        else "(no job.json: one node's view)"
+    )
     code = summary["exit_code"]
     out.append(
         f"job {job}: {summary['outcome']}, exit code {code if code is not None else '-'}"

@@ -32,6 +32,13 @@ def how(record: dict[str, Any]) -> str:
     return "ended"
 
 
+def describe(record: dict[str, Any]) -> str:
+    """A failure in a few words: `node 1 (h1) rank 3 [rank3] exit 3`; a failure that is no
+    process's (a lost node, a hang, a signal to a node's marun) by its `why`, which names the
+    node itself."""
+    return str(record["why"]) if record.get("why") else f"{who(record)} {how(record)}"
+
+
 def who(record: dict[str, Any]) -> str:
     """`node 1 (host) rank 3 [rank3]`, as far as the record says."""
     parts = []
@@ -78,7 +85,7 @@ def _first_failure(found: Found) -> dict[str, Any] | None:
         stacks=bool(raw.get("stacks")),
         no_restart=raw.get("no_restart"),
     )
-    failure["summary"] = f"{who(failure)} {how(failure)}"
+    failure["summary"] = describe(failure)
     return failure
 
 
@@ -96,7 +103,7 @@ def _rounds(found: Found, started: float | None) -> list[dict[str, Any]]:
         out.append(
             {
                 "round": r.get("round"),
-                "cause": f"{who(cause)} {how(cause)}",
+                "cause": describe(cause),
                 "node": cause.get("node"),
                 "at": seconds_between(detected, started),
                 "stopped_after": seconds_between(time_of(r.get("stopped_at")), detected),
