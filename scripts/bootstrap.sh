@@ -8,9 +8,9 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
 log() { printf '[bootstrap] %s\n' "$*"; }
 
-apt_pkgs=(openmpi-bin libopenmpi-dev openssh-server openssh-client iproute2 procps util-linux)
+apt_pkgs=(openmpi-bin libopenmpi-dev openssh-server openssh-client iproute2 procps util-linux chromium)
 missing=0
-for tool in mpirun sshd ip unshare pgrep; do
+for tool in mpirun sshd ip unshare pgrep chromium; do
   command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] || missing=1
 done
 if [ "$missing" = 1 ]; then
@@ -20,7 +20,7 @@ if [ "$missing" = 1 ]; then
     bash scripts/apt-get.sh update -qq
     DEBIAN_FRONTEND=noninteractive bash scripts/apt-get.sh install -y -qq "${apt_pkgs[@]}" >/dev/null
   else
-    log "missing system tools (mpirun, sshd, ip, unshare); as root run: apt-get install ${apt_pkgs[*]}"
+    log "missing system tools (mpirun, sshd, ip, unshare, chromium); as root run: apt-get install ${apt_pkgs[*]}"
   fi
 fi
 

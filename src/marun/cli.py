@@ -245,6 +245,67 @@ def doctor(
     raise typer.Exit(code)
 
 
+class ReportFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
+@app.command(
+    epilog=_examples(
+        "marun report                          (the default log directory: MARUN_LOG_DIR, ...)",
+        "marun report /tmp/marun-demo --format json",
+        "marun report $MA_LOG_DIR/marun --html report.html",
+    ),
+)
+def report(
+    log_dir: Annotated[
+        Optional[str],
+        typer.Argument(
+            metavar="[LOG_DIR]",
+            help="where the job's marun wrote its logs (default: MARUN_LOG_DIR, else "
+            "$MA_LOG_DIR/marun, else ./marun_logs); searched a few directories down",
+        ),
+    ] = None,
+    fmt: Annotated[
+        ReportFormat, typer.Option("--format", help="text (default) or json, for tools")
+    ] = ReportFormat.text,
+    html_file: Annotated[
+        Optional[str],
+        typer.Option(
+            "--html",
+            metavar="FILE",
+            help="also write one self-contained page with the job's timeline (nothing fetched)",
+        ),
+    ] = None,
+) -> None:
+    """What a finished (or running) job came to, from its job.json, result.json and events:
+    outcome and exit code, the first failure, each restart round, per-phase timings and where
+    the logs are. Exit 0 when there was something to report, 2 when LOG_DIR holds none of it."""
+    import json
+    from pathlib import Path
+
+    from marun.report.files import default_log_dir
+    from marun.report.render import render_html, render_text
+    from marun.report.summary import summarize
+
+    summary = summarize(Path(log_dir) if log_dir else default_log_dir())
+    if html_file:
+        try:
+            Path(html_file).write_text(render_html(summary), encoding="utf-8")
+        except OSError as exc:
+            from marun.errors import bad_value
+
+            raise bad_value(
+                "--html", html_file, f"a file marun can write ({exc.strerror})"
+            ) from exc
+    if fmt is ReportFormat.json:
+        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+    else:
+        sys.stdout.write(render_text(summary))
+        if html_file:
+            sys.stdout.write(f"html: {html_file}\n")
+
+
 def _print_version(value: bool) -> None:
     if value:
         from marun import __version__

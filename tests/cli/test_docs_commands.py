@@ -1,5 +1,6 @@
 """Every command the documentation gives runs as written, from the repository's root, on this
-machine: each logical line of every ```bash block of README.md, docs/**/*.md, docker/README.md,
+machine: each logical line of every ```bash block of README.md, README.zh-CN.md, docs/**/*.md
+(docs/zh/ included), docker/README.md,
 entrypoints/README.md, bench/README.md and examples/**/*.md, and each command in the examples'
 docstrings (an indented line starting with `marun ` or `.cache/venvs/`). `marun` is the one
 `pip install .` gives: this tree's, installed into the interpreter running the tests
@@ -30,7 +31,8 @@ pytestmark = pytest.mark.e2e
 DOCS = sorted(
     [
         REPO / "README.md",
-        *(REPO / "docs").rglob("*.md"),
+        REPO / "README.zh-CN.md",
+        *(REPO / "docs").rglob("*.md"),  # docs/zh/ too
         REPO / "docker" / "README.md",
         REPO / "entrypoints" / "README.md",
         REPO / "bench" / "README.md",

@@ -40,7 +40,10 @@ ALLOWED: dict[str, set[str]] = {
         "run_argv",
         "launch",
         "cli_options",
+        "report",
     },
+    # `marun report`: reads the files a job wrote (job.json, result.json, events), no code of it
+    "report": set(),
     "cli_options": set(),  # the options `plan` and `run` share (typer annotations only)
     # `marun run`'s start path: a hand parser (run_argv) and launch, typer only when unsure
     "run_argv": set(),
