@@ -47,7 +47,8 @@ ALLOWED: dict[str, set[str]] = {
     "cli_options": set(),  # the options `plan` and `run` share (typer annotations only)
     # `marun run`'s start path: a hand parser (run_argv) and launch, typer only when unsure
     "run_argv": set(),
-    "entry": {"run_argv", "launch", "cli"},
+    # (and runtime.early_signals: a stop signal from the first moment of `marun run`)
+    "entry": {"run_argv", "launch", "cli", "runtime"},
     "__main__": {"entry"},
     "__init__": set(),
 }

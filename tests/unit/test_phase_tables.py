@@ -82,3 +82,35 @@ def test_phases_change_only_through_their_tables() -> None:
                 if where not in allowed:
                     found.append(f"{where[0]}:{function}: {line.strip()}")
     assert not found, found
+
+
+_TITLES = {"JobPhase": "job", "MemberPhase": "member", "Phase": "supervisor"}
+
+
+def _labelled_diagrams(path: Path) -> dict[str, set[tuple[str, str]]]:
+    """The edges of each labelled state diagram of a page (`state "... (JobPhase)" as x {`),
+    by machine; labels and the start and end markers left out."""
+    found: dict[str, set[tuple[str, str]]] = {}
+    machine = None
+    for line in path.read_text().splitlines():
+        head = re.match(r'\s*state "[^"]*[(\uff08](\w+)[)\uff09]" as \w+ \{', line)
+        if head:
+            machine = _TITLES.get(head.group(1))
+            continue
+        edge = re.match(r"\s*(\w+) --> (\w+)", line)
+        if machine and edge and "[*]" not in line:
+            found.setdefault(machine, set()).add((edge.group(1), edge.group(2)))
+        if line.strip() == "}":
+            machine = None
+    return found
+
+
+@pytest.mark.parametrize("page", ["docs/supervision.md", "docs/zh/restart-rounds.md"])
+def test_the_labelled_diagrams_have_exactly_the_tables_moves(page: str) -> None:
+    drawn = _labelled_diagrams(REPO / page)
+    assert set(drawn) == set(TABLES), f"{page}: a machine's diagram is missing"
+    for name, edges in drawn.items():
+        table, _ = TABLES[name]
+        moves = {(a.name.lower(), b.name.lower()) for a, bs in table.moves.items() for b in bs}
+        assert edges == moves, (page, name, "drawn, not in the table:", edges - moves,
+                                "in the table, not drawn:", moves - edges)  # fmt: skip
