@@ -46,7 +46,7 @@ from _common import bench_env, load_note
 sys.path.insert(
     0, os.environ.get("MARUN_BENCH_SRC", str(Path(__file__).resolve().parents[1] / "src"))
 )
-from marun.job.protocol import ProtocolError, decode, encode, fresh, new_nonce
+from marun.job.protocol import PROTOCOL, ProtocolError, decode, encode, fresh, new_nonce
 
 try:  # the job's heartbeat interval (part 15); a source from before it: one a second
     from marun.job import heartbeat as _heartbeat
@@ -238,7 +238,7 @@ class Light:
             self.seq_in, self.seq_out = int(challenge["seq"]), 0
             self.send("hello", host=source[0], daemons_only=False, nonce=self.mine,
                       instance=self.instance, leader=self.leader,
-                      started=bool(self.started))  # fmt: skip
+                      started=bool(self.started), version=PROTOCOL)  # fmt: skip
             beat = asyncio.ensure_future(self._heartbeats())
             try:
                 await self._read(reader)

@@ -15,7 +15,7 @@ from conftest import free_port
 from marun.exit_codes import LOST_EXIT
 from marun.job.coordinator import Coordinator
 from marun.job.member import Member
-from marun.job.protocol import ProtocolError, decode, encode, fresh, new_nonce
+from marun.job.protocol import PROTOCOL, ProtocolError, decode, encode, fresh, new_nonce
 from marun.plan.coordination import Coordination
 from marun.runtime.joblink import JobEvent
 
@@ -142,7 +142,7 @@ def test_recorded_lines_do_not_work_again(port: int, members: list[Member]) -> N
     coordinator = members[0].coordinator
     assert coordinator is not None
     first = Recorder(port)
-    hello = first.line("hello", host="h2", nonce=first.mine)
+    hello = first.line("hello", host="h2", nonce=first.mine, version=PROTOCOL)
     failure = first.line("failure", failure={"exit_code": 9, "why": "replayed"})
     first.sock.sendall(hello)  # node 2 arrives for real: every node starts
     for m in members:
@@ -155,7 +155,7 @@ def test_recorded_lines_do_not_work_again(port: int, members: list[Member]) -> N
     assert coordinator.refused == before + 1  # the hello, and the connection dropped
     second.sock.close()
     third = Recorder(port)
-    again = third.line("hello", host="h2", nonce=third.mine)
+    again = third.line("hello", host="h2", nonce=third.mine, version=PROTOCOL)
     third.sock.sendall(again + again)  # the same line twice on its own connection
     time.sleep(0.5)
     assert coordinator.refused == before + 2

@@ -302,7 +302,7 @@ def test_a_member_survives_whatever_its_node_0_sends(tmp_path: Path) -> None:
     """The member's side: a fake node 0 on a real socket sends malformed challenges, then a
     good one followed by malformed and foreign lines. The member's thread lives on, refuses
     each, and still takes the good `start` that follows."""
-    from marun.job.protocol import encode, new_nonce
+    from marun.job.protocol import PROTOCOL, encode, new_nonce
 
     server = socket.socket()
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -320,7 +320,8 @@ def test_a_member_survives_whatever_its_node_0_sends(tmp_path: Path) -> None:
         peer.settimeout(10)
         ours = new_nonce()
         body = {"job": "job-a", "node": 0, "slot": 0}
-        peer.sendall(encode(SECRET, {**body, "type": "challenge", "nonce": ours, "seq": 0}))
+        challenge = {**body, "type": "challenge", "nonce": ours, "seq": 0, "version": PROTOCOL}
+        peer.sendall(encode(SECRET, challenge))
         hello = decode_line(peer.recv(1 << 16))
         assert hello["type"] == "hello"
         theirs = hello["nonce"]

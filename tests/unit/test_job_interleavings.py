@@ -45,7 +45,7 @@ import marun.job.restart_rounds
 import marun.job.wire
 from marun.job.coordinator import Coordinator
 from marun.job.phases import JobPhase
-from marun.job.protocol import LineBuffer, ProtocolError, decode, encode, new_nonce
+from marun.job.protocol import PROTOCOL, LineBuffer, ProtocolError, decode, encode, new_nonce
 from marun.job.wire import Conn
 from marun.plan.coordination import Coordination
 from marun.runtime.rounds import RoundRule
@@ -167,6 +167,7 @@ class JobInterleavings(RuleBasedStateMachine):
             leader=node.leader,
             started=node.started,
             daemons_only=False,
+            version=PROTOCOL,
         )
         queued, node.queued = node.queued, []
         for kind, fields in queued:
@@ -364,6 +365,7 @@ class JobInterleavings(RuleBasedStateMachine):
         node = self.nodes[index]
         body = {"job": other, "node": index, "slot": 0, "type": "hello", "nonce": new_nonce()}
         body.update(host="x", instance=new_nonce(), leader="", started=False, peer=conn.nonce)
+        body.update(version=PROTOCOL)
         body.update(seq=0)
         talking = node.conn is not None and not node.frozen and node.alive
         if other != JOB or talking:

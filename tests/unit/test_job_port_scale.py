@@ -17,7 +17,7 @@ import pytest
 from marun.job.coordinator import Coordinator
 from marun.job.heartbeat import Beat, heartbeat_interval
 from marun.job.limits import HELLO_WAIT, OUTPUT_LIMIT, SLOW_READER, listen_backlog
-from marun.job.protocol import decode, encode, fresh, new_nonce
+from marun.job.protocol import PROTOCOL, decode, encode, fresh, new_nonce
 from marun.job.roster import Roster
 from marun.job.wire import Conn, MemberState
 from marun.plan.coordination import Coordination
@@ -92,7 +92,8 @@ def connect(coordinator: Coordinator, node: int) -> tuple[Conn, socket.socket, s
     mine = new_nonce()
     theirs.sendall(encode(SECRET, {"job": JOB, "node": node, "slot": 0, "type": "hello",
                                    "peer": conn.nonce, "seq": 0, "nonce": mine,
-                                   "host": "h", "instance": new_nonce()}))  # fmt: skip
+                                   "host": "h", "instance": new_nonce(),
+                                   "version": PROTOCOL}))  # fmt: skip
     coordinator._read(conn)
     assert conn.member == (node, 0)
     return conn, theirs, mine

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from marun.job.coordinator import Coordinator
-from marun.job.protocol import ProtocolError, decode, encode, new_nonce
+from marun.job.protocol import PROTOCOL, ProtocolError, decode, encode, new_nonce
 from marun.job.wire import Conn
 from marun.plan.coordination import Coordination
 
@@ -130,7 +130,12 @@ class Peer:
         return encode(secret, body)
 
     def hello(self) -> None:
-        self.send(self.signed(SECRET, JOB, "hello", nonce=self.mine, host="h1", instance="i" * 32))
+        self.send(
+            self.signed(
+                SECRET, JOB, "hello", nonce=self.mine, host="h1", instance="i" * 32,
+                version=PROTOCOL,
+            )
+        )  # fmt: skip
         assert self.conn.member == (1, 0)
 
     def close(self) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from marun.exit_codes import LOST_EXIT
 from marun.job.phases import JobPhase
-from marun.job.protocol import MAX_LINE
+from marun.job.protocol import MAX_LINE, PROTOCOL
 from marun.job.wire import Conn, CoordinatorWire, MemberState
 from marun.plan.coordination import HEARTBEAT
 
@@ -40,6 +40,23 @@ class Arrival(CoordinatorWire):
         return self._start_at is not None
 
     def _hello(self, conn: Conn, key: tuple[int, int], body: dict[str, Any]) -> None:
+        """A connection's hello: refused (not a node of this job, a second hello, another
+        protocol version), or a member's arrival or return."""
+        if not (0 <= key[0] < self.coord.nodes and 0 <= key[1] < self.coord.slots):
+            self._turn_away(conn, f"node {key[0]} slot {key[1]} is not part of this job")
+            return
+        if conn.member is not None:
+            self._refuse(conn, "a second hello on one connection")
+            self._drop(conn)
+            return
+        version = body.get("version", 1)
+        if version != PROTOCOL:
+            self._turn_away(
+                conn,
+                f"this marun speaks protocol {version}, node {self.coord.leader}'s "
+                f"{PROTOCOL}: every node of a job needs the same marun version",
+            )
+            return
         instance = str(body.get("instance", ""))
         old = self.members.get(key)
         now = time.monotonic()

@@ -236,14 +236,7 @@ class Coordinator(RestartRounds):
         key = (int(body["node"]), int(body["slot"]))
         kind = body["type"]
         if kind == "hello":
-            if not (0 <= key[0] < self.coord.nodes and 0 <= key[1] < self.coord.slots):
-                self._turn_away(conn, f"node {key[0]} slot {key[1]} is not part of this job")
-                return
-            if conn.member is not None:
-                self._refuse(conn, "a second hello on one connection")
-                self._drop(conn)
-                return
-            self._hello(conn, key, body)
+            self._hello(conn, key, body)  # marun.job.arrival
             return
         if conn.member != key or key not in self.members:
             self._refuse(conn, f"{kind} before hello")

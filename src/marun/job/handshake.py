@@ -6,7 +6,15 @@ from __future__ import annotations
 import contextlib
 import socket
 
-from marun.job.protocol import LineBuffer, ProtocolError, decode, encode, is_nonce, new_nonce
+from marun.job.protocol import (
+    PROTOCOL,
+    LineBuffer,
+    ProtocolError,
+    decode,
+    encode,
+    is_nonce,
+    new_nonce,
+)
 from marun.plan.coordination import Coordination
 
 
@@ -41,6 +49,12 @@ def read_challenge(
             "(another job's marun)"
         )
     seq = body.get("seq")
+    version = body.get("version", 1)
+    if body["type"] == "challenge" and version != PROTOCOL:
+        raise ProtocolError(
+            f"node {coord.leader}'s marun speaks protocol {version}, this one {PROTOCOL} (another "
+            "job's marun, or another marun version: every node of a job needs the same)"
+        )
     if body["type"] != "challenge" or not is_nonce(body.get("nonce")):
         raise ProtocolError(f"{body['type']} instead of a challenge")
     if not isinstance(seq, int) or isinstance(seq, bool):

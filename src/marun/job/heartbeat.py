@@ -68,11 +68,12 @@ class Beat:
 
 
 class Backoff:
-    """A member's wait before its next try of a connection. One that failed, or ended without
-    node 0's welcome (refused: another job's marun on the port, or a marun too many for this
-    node), is tried again after a wait that doubles from FIRST_RETRY up to MAX_RETRY, jittered,
-    so that a member turned away costs node 0 next to nothing; one welcomed and then dropped (a
-    network blip) is tried again at once: node 0 counts a node lost 2 s after its drop."""
+    """A member's wait before its next try of a connection. One that could not be made (node
+    0's marun not up yet: the usual case while pods start) is tried again after FIRST_RETRY,
+    jittered. One turned away (another job's marun on the port, a marun too many for this node,
+    another protocol version) waits twice as long each time, up to MAX_RETRY, so that a member
+    turned away costs node 0 next to nothing. One welcomed and then dropped (a network blip)
+    is tried again at once: node 0 counts a node lost 2 s after its drop."""
 
     FIRST_RETRY = 0.5
     MAX_RETRY = 5.0
@@ -81,9 +82,11 @@ class Backoff:
         self.next_try = 0.0  # monotonic: no try before this
         self._wait = self.FIRST_RETRY
 
-    def failed(self) -> None:
-        self.next_try = time.monotonic() + self._wait * random.uniform(0.5, 1.5)
-        self._wait = min(2 * self._wait, self.MAX_RETRY)
+    def failed(self, turned_away: bool) -> None:
+        wait = self._wait if turned_away else self.FIRST_RETRY
+        self.next_try = time.monotonic() + wait * random.uniform(0.5, 1.5)
+        if turned_away:
+            self._wait = min(2 * self._wait, self.MAX_RETRY)
 
     def reset(self) -> None:
         self.next_try = 0.0

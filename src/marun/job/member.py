@@ -22,6 +22,7 @@ from marun.job.handshake import read_challenge
 from marun.job.heartbeat import Backoff, Beat
 from marun.job.phases import MEMBER_MOVES, MemberPhase
 from marun.job.protocol import (
+    PROTOCOL,
     LineBuffer,
     ProtocolError,
     decode,
@@ -234,7 +235,7 @@ class Member:
                     buf = self._buf
                     last_heard = time.monotonic()
                 else:
-                    self._backoff.failed()
+                    self._backoff.failed(turned_away=bool(self._clash))
                 continue
             if beat.due(now):
                 self._heartbeat(now)
@@ -248,7 +249,7 @@ class Member:
             if sock is not None and self._read_leader(sock, buf):
                 last_heard = time.monotonic()
             if self._sock is None and not self._welcomed:
-                self._backoff.failed()  # closed without a welcome: turned away
+                self._backoff.failed(turned_away=True)  # closed without a welcome
 
     def _heartbeat(self, now: float) -> None:
         fields: dict[str, Any] = {"idle": round(now - self._last_activity, 2)}
@@ -323,6 +324,7 @@ class Member:
             instance=self.instance,
             leader=self._leader_instance,
             started=self._started_at is not None,
+            version=PROTOCOL,
         )
         with self._send_lock:
             queued, self._queued = self._queued, []

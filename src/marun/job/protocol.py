@@ -28,15 +28,19 @@ from marun.plan.coordination import TOKEN_VAR
 MAX_LINE = 1 << 20  # a line longer than this is not ours (stacks of every rank fit)
 MAX_HELLO_LINE = 8 << 10  # before a connection's hello: a hello is a few hundred bytes
 _MAC_HEX = 64  # HMAC-SHA256, in hex
+# The wire's version, in node 0's challenge and every member's hello: a marun of another
+# version is refused at its hello with one line naming both (the maruns before part 18 sent
+# none: version 1). Raise it with any change a marun of the version before would misread.
+PROTOCOL = 2
 
 # What each message's fields must be, beyond job/node/slot/type/peer/seq (every other field is
 # ignored). A signed line with a field of another type is refused like a forged one: without a
 # secret anybody can sign, so the handlers may trust nothing else.
 _NUMBER = (int, float)
 FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
-    "challenge": {"nonce": (str,), "instance": (str,)},
+    "challenge": {"nonce": (str,), "instance": (str,), "version": (int,)},
     "hello": {"nonce": (str,), "host": (str,), "daemons_only": (bool,), "instance": (str,),
-              "leader": (str,), "started": (bool,)},
+              "leader": (str,), "started": (bool,), "version": (int,)},
     "hb": {"idle": _NUMBER, "cpu": _NUMBER},
     "failure": {"failure": (dict,), "round": (int,), "uptime": _NUMBER},
     "stacks": {"text": (str,)},

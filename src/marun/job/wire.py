@@ -31,6 +31,7 @@ from marun.job.limits import (
 )
 from marun.job.protocol import (
     MAX_HELLO_LINE,
+    PROTOCOL,
     LineBuffer,
     ProtocolError,
     decode,
@@ -193,7 +194,9 @@ class CoordinatorWire:
         self._per_source[conn.address] = mine + 1
         self._without_hello.append(conn)
         self._sel.register(sock, selectors.EVENT_READ, conn)
-        self._send_conn(conn, "challenge", nonce=conn.nonce, instance=self.instance)
+        self._send_conn(
+            conn, "challenge", nonce=conn.nonce, instance=self.instance, version=PROTOCOL
+        )
 
     def _out_of_descriptors(self) -> None:
         """The process has no descriptor left: take the waiting connection with the reserve one
