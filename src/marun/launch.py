@@ -145,6 +145,10 @@ def run_node(
     try:
         plan = plan_from_environment(command, mode, config, cli, False, supervise)
         return execute(plan, open_link)
+    except early_signals.EarlyStop as stop:  # while planning: nothing started, nothing said
+        from marun.exit_codes import signal_exit
+
+        return signal_exit(stop.signum)
     except KeyboardInterrupt:  # Ctrl-C before the job starts: 130, as typer ends it
         import signal
 

@@ -54,6 +54,7 @@ _STALL = 3 * HEARTBEAT  # the loop runs every TICK: a gap this long means it was
 # After the start, a member whose connection closed without its `end` is lost this long after,
 # unless its marun reconnects meanwhile (a member reconnects at once after a drop).
 CLOSED_LOST = 2.0
+LATE_WAIT = 3.0  # after a stop, how long a node not (or no longer) present is waited for
 
 
 class Coordinator(RestartRounds):
@@ -91,6 +92,7 @@ class Coordinator(RestartRounds):
         self.phase = JobPhase.GATHERING
         self._start_at: float | None = None
         self.stopped: dict[str, Any] | None = None  # the stop sent: {code, failure}
+        self._stopped_at = 0.0  # monotonic: when
         self.first_failure: dict[str, Any] | None = None
         self.exit_code: int | None = None
         self._allowed: set[str] | None = None
@@ -308,6 +310,7 @@ class Coordinator(RestartRounds):
         self.first_failure = failure
         self.exit_code = code
         self.stopped = {"code": code, "failure": failure}
+        self._stopped_at = time.monotonic()
         self._enter(JobPhase.STOPPING)
         # `failed_node`, not `node`: every other event's `node` is the node that logs it.
         where = {k: failure[k] for k in ("why",) if failure.get(k)}
@@ -382,8 +385,13 @@ class Coordinator(RestartRounds):
     def _check_done(self) -> None:
         if self.done_sent:
             return
-        if len(self.members) < self.expected and self.stopped is None:
-            return  # once stopped, a node that never arrived is not waited for
+        if len(self.members) < self.expected and (
+            self.stopped is None or time.monotonic() - self._stopped_at < LATE_WAIT
+        ):
+            # Once stopped, a node that never arrived (or did not come back to a node 0 that
+            # was restarted) is waited for LATE_WAIT only: its marun retries every 0.5 s, and
+            # hears the stop instead of giving up on node 0 after peer_timeout.
+            return
         pending = [m for m in self.members.values() if m.ended is None]
         if pending and self.stopped is None:
             if all(m.daemons_only for m in pending):

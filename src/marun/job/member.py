@@ -397,9 +397,9 @@ class Member:
     def _lost_leader(self, when: str) -> JobEvent:
         if self._clash and not self._leader_instance:  # turned away every time: say why
             why = (
-                f"{self._clash}; gave up after arrival_timeout {self.coord.arrival_timeout:g}s "
-                f"({self._tries} tries): two jobs on one job port (set job_port, or "
-                "MA_VJ_NAME / MARUN_JOB_TOKEN per job)"
+                f"{self._clash}; stopped trying after arrival_timeout "
+                f"{self.coord.arrival_timeout:g}s ({self._tries} tries): two jobs on one job "
+                "port (set job_port, or MA_VJ_NAME / MARUN_JOB_TOKEN per job)"
             )
         else:
             why = (

@@ -1,9 +1,14 @@
-"""A stop signal that comes before the supervisor listens (while marun reads its inputs, plans,
-joins the job): recorded here from the first moment of `marun run`, then acted on by the
-supervisor as if it had just come (the job ends with 128+N on every node, at once), or, on the
-exec path, by not starting the process at all. Without it, SIGINT then was a KeyboardInterrupt
-that ended this node alone, and SIGTERM killed marun before it could tell node 0, which then
-waited arrival_timeout for the node.
+"""A stop signal that comes before the supervisor listens, from the first moment of `marun run`.
+
+- While marun reads its inputs and plans (it may wait there: for a peer's name to resolve, for
+  a rank table), a stop signal ends it at once, nothing started and nothing said (exit 128+N,
+  as a ^C ended it before): the handler raises `EarlyStop`, which `launch.run_node` turns into
+  the exit code. Nobody else can be told: this node has not joined the job yet.
+- From `hold()` on (the plan is made; the node joins the job), the signal is recorded instead,
+  and the supervisor acts on it as if it had just come: nothing starts, and the job hears of it
+  at once (every node ends with 128+N). On the exec path nothing is exec'd. Before, SIGINT then
+  was a KeyboardInterrupt that ended this node alone, SIGTERM killed marun before it could tell
+  node 0, and the others waited arrival_timeout for it.
 
 Only `signal` is imported: this runs on the path to `exec` (bench/startup.py).
 """
@@ -16,19 +21,36 @@ from types import FrameType
 # marun.runtime.signals.STOP, kept apart to keep this module's imports to `signal`
 _STOP = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 _received: list[int] = []
+_raising = [True]
+
+
+class EarlyStop(BaseException):
+    """A stop signal while marun planned (a BaseException, as KeyboardInterrupt is: no
+    `except Exception` of the readers may take it for bad input)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 def _record(signum: int, frame: FrameType | None) -> None:
     if not _received:
         _received.append(signum)
+    if _raising[0]:
+        raise EarlyStop(signum)
 
 
 def listen() -> None:
-    """Record the stop signals from now on; a signal ignored by whoever started marun (`nohup`:
+    """Catch the stop signals from now on; a signal ignored by whoever started marun (`nohup`:
     SIGHUP) stays ignored, in marun and in the process it may exec."""
     for signum in _STOP:
         if signal.getsignal(signum) is not signal.SIG_IGN:
             signal.signal(signum, _record)
+
+
+def hold() -> None:
+    """From now on a stop signal is recorded for the supervisor, not raised."""
+    _raising[0] = False
 
 
 def first() -> int | None:

@@ -93,20 +93,15 @@ def execute(plan: LaunchPlan, open_link: LinkOpener | None = None) -> int:
     # A coordinated node (one of several) stays too: it reports to node 0 and follows its stop.
     # A process MindSpore recovers must be restarted when it dies: marun stays in front of it.
     if execs_lone_process(plan) and os.getpid() != 1 and not plan.supervision.always_supervise:
-        from marun.runtime import early_signals
-
-        stopped = early_signals.first()
-        if stopped is not None:  # told to stop before it started: start nothing
-            from marun.exit_codes import signal_exit
-
-            return signal_exit(stopped)
         write_files(node.files)
         exec_process(node.processes[0])
     if not node.processes:
         write_files(node.files)
         return 0
+    from marun.runtime import early_signals
     from marun.runtime.supervisor import Supervisor
 
+    early_signals.hold()  # a stop signal now is the supervisor's to act on (early_signals)
     link = None
     if plan.coordination is not None:
         if open_link is None:
