@@ -46,14 +46,14 @@ def events(member: Member, kind: str, timeout: float = 10.0) -> JobEvent:
     raise AssertionError(f"no {kind} event within {timeout}s")
 
 
-def end_all(members: list[Member], codes: list[int], directory: str) -> dict[int, int]:
+def end_all(members: list[Member], codes: list[int]) -> dict[int, int]:
     """Every node reports its end at once (each waits for the job's); their job codes."""
     import threading
 
     got: dict[int, int] = {}
 
     def end(i: int) -> None:
-        got[i] = members[i].report_end("failed" if codes[i] else "succeeded", codes[i], directory)
+        got[i] = members[i].report_end("failed" if codes[i] else "succeeded", codes[i])
 
     threads = [threading.Thread(target=end, args=(i,)) for i in range(len(members))]
     for t in threads:
@@ -76,8 +76,10 @@ def members() -> Iterator[list[Member]]:
         m.close()
 
 
-def start_members(port: int, made: list[Member], indexes: list[int], **kw: object) -> None:
-    coordinator = Coordinator(coordination(0, port, **kw), SECRET).start()
+def start_members(
+    port: int, made: list[Member], indexes: list[int], report_dir: str | None = None, **kw: object
+) -> None:
+    coordinator = Coordinator(coordination(0, port, **kw), SECRET, report_dir=report_dir).start()
     for i in indexes:
         made.append(
             Member(
@@ -184,7 +186,7 @@ def test_missing_node_stops_everyone_naming_it(port: int, members: list[Member])
 
 
 def test_first_failure_reaches_every_node(port: int, members: list[Member], tmp_path: Path) -> None:
-    start_members(port, members, [0, 1, 2])
+    start_members(port, members, [0, 1, 2], report_dir=str(tmp_path))
     for m in members:
         events(m, "start")
     members[2].report_failure({"name": "rank4", "rank": 4, "exit_code": 3, "tail": ["boom"]})
@@ -193,7 +195,7 @@ def test_first_failure_reaches_every_node(port: int, members: list[Member], tmp_
         assert stop.code == 3
         assert stop.failure is not None
         assert (stop.failure["node"], stop.failure["rank"]) == (2, 4)
-    assert end_all(members, [143, 143, 3], str(tmp_path)) == {0: 3, 1: 3, 2: 3}
+    assert end_all(members, [143, 143, 3]) == {0: 3, 1: 3, 2: 3}
     report = json.loads((tmp_path / "job.json").read_text())
     assert report["exit_code"] == 3 and report["first_failure"]["rank"] == 4
     assert [n["slots"][0]["outcome"] for n in report["nodes"]] == ["failed"] * 3
@@ -242,4 +244,4 @@ def test_success_everywhere_is_done_with_zero(
     start_members(port, members, [0, 1, 2])
     for m in members:
         events(m, "start")
-    assert end_all(members, [0, 0, 0], str(tmp_path)) == {0: 0, 1: 0, 2: 0}
+    assert end_all(members, [0, 0, 0]) == {0: 0, 1: 0, 2: 0}

@@ -60,10 +60,14 @@ def coordination(index: int, port: int, **kw: Any) -> Coordination:
 
 
 class Job:
-    def __init__(self, port: int, **kw: Any) -> None:
+    def __init__(self, port: int, report_dir: str | None = None, **kw: Any) -> None:
         self.log = Log()
         self.coordinator = Coordinator(
-            coordination(0, port, **kw), SECRET, log=self.log, announce=lambda _: None
+            coordination(0, port, **kw),
+            SECRET,
+            log=self.log,
+            announce=lambda _: None,
+            report_dir=report_dir,
         ).start()
         self.members = [
             Member(
@@ -84,7 +88,7 @@ class Job:
         got: dict[int, int] = {}
 
         def end(i: int) -> None:
-            got[i] = self.members[i].report_end("succeeded", 0, str(tmp))
+            got[i] = self.members[i].report_end("succeeded", 0)
 
         threads = [threading.Thread(target=end, args=(i,)) for i in range(3)]
         for t in threads:
@@ -108,8 +112,8 @@ def wait_event(member: Member, kind: str, timeout: float = 15.0) -> None:
 
 
 @pytest.fixture
-def job() -> Iterator[Job]:
-    made = Job(free_port())
+def job(tmp_path: Path) -> Iterator[Job]:
+    made = Job(free_port(), report_dir=str(tmp_path))
     yield made
     made.close()
 

@@ -67,8 +67,12 @@ class Coordinator(RestartRounds):
         log: Callable[..., None] | None = None,
         rule: RoundRule | None = None,
         ports: dict[str, str] | None = None,
+        report_dir: str | None = None,
     ) -> None:
         self.coord = coord
+        # job.json's directory: node 0 writes it itself, as the job ends (or at close)
+        self._report_dir = report_dir
+        self.report_path: str | None = None
         self._secret = secret
         self._announce = announce or _stderr_line
         self._log = log or (lambda event, level="info", **kw: None)
@@ -111,6 +115,7 @@ class Coordinator(RestartRounds):
         self._last_run = time.monotonic()
         # Not a phase of the job: another thread's request that this one finish (after DONE).
         self._close_requested = threading.Event()
+        self._linger = 2.0
         self._thread = threading.Thread(target=self._loop, name="marun-coordinator", daemon=True)
 
     def _new_hang_judge(self) -> None:
@@ -140,11 +145,14 @@ class Coordinator(RestartRounds):
         return self
 
     def close(self, linger: float = 2.0) -> None:
-        """After `done`: let members read it, then stop."""
+        """After `done`: let members read it (the loop goes on up to `linger` seconds while a
+        member is connected), then stop; job.json is written now if the job never got to DONE
+        (node 0's own marun gave up first)."""
+        self._linger = linger
         self._close_requested.set()
         self._thread.join(linger + 1.0)
-
-    # -- the loop ---------------------------------------------------------------------------
+        with self._lock:
+            self._write_own_report()
 
     def _loop(self) -> None:
         closing_since: float | None = None
@@ -171,7 +179,7 @@ class Coordinator(RestartRounds):
                 if self._close_requested.is_set():
                     closing_since = closing_since or time.monotonic()
                     live = [c for c in self._conns if c.member is not None]
-                    if not live or time.monotonic() - closing_since > 2.0:
+                    if not live or time.monotonic() - closing_since > self._linger:
                         break
         finally:
             for conn in list(self._conns):
@@ -229,8 +237,6 @@ class Coordinator(RestartRounds):
         if conn is not None:
             with contextlib.suppress(Exception):
                 self._drop(conn)
-
-    # -- who may talk to us -----------------------------------------------------------------
 
     # -- messages ---------------------------------------------------------------------------
 
@@ -405,31 +411,30 @@ class Coordinator(RestartRounds):
         self._enter(JobPhase.DONE)
         if self.exit_code is None:
             self.exit_code = next((m.exit_code for m in self.members.values() if m.exit_code), 0)
+        self._write_own_report()  # before `done`: a node that ends on it finds job.json there
         self._broadcast("done", code=self.exit_code)
-
-    # -- sending ----------------------------------------------------------------------------
 
     # -- the report -------------------------------------------------------------------------
 
     def report(self) -> dict[str, Any]:
         """job.json's content (marun.job.report)."""
-        from marun.job.report import job_report
+        from marun.job.report import coordinator_report
 
         with self._lock:
-            return job_report(
-                self.coord,
-                self.members,
-                exit_code=self.exit_code,
-                first_failure=self.first_failure,
-                started_at=self.started_at,
-                refused=self.refused,
-                rounds=self.rounds,
-            )
+            return coordinator_report(self)
+
+    def _write_own_report(self) -> None:
+        """job.json into the report directory, once (the lock held; marun.job.report)."""
+        if self._report_dir is not None and self.report_path is None:
+            from marun.job.report import write_once
+
+            with self._reserve.released():  # the imports read files too
+                write_once(self, self._report_dir)
 
     def write_report(self, directory: str) -> str:
-        """job.json beside result.json (marun.job.report), with the reserved descriptor free for
-        it (the port may have taken every other one)."""
-        with self._reserve.released():  # the imports read files too
+        """job.json into `directory` now, with the reserved descriptor free for it (the port may
+        have taken every other one; the imports read files too)."""
+        with self._reserve.released():
             from marun.job.report import write_job_json
 
             return write_job_json(self.report(), directory)

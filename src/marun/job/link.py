@@ -37,7 +37,13 @@ def open_link(plan: LaunchPlan, log: Any) -> Member:
         # rendezvous and the scheduler live on node 0).
         ports = planned_ports(node.processes, watching.round_ports)
         coordinator = Coordinator(
-            coord, secret, log=emit, rule=RoundRule.of(watching), ports=ports
+            coord,
+            secret,
+            log=emit,
+            rule=RoundRule.of(watching),
+            ports=ports,
+            # beside result.json, where the supervisor writes it (marun.runtime.supervisor_report)
+            report_dir=watching.record_dir or os.path.dirname(node.processes[0].log),
         ).start()
     return Member(
         coord,

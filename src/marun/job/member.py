@@ -130,9 +130,9 @@ class Member:
     def report_stacks(self, text: str) -> None:
         self._send("stacks", text=text)
 
-    def report_end(self, outcome: str, exit_code: int, directory: str) -> int:
-        """Say how this node ended; wait for the job's end and return its code. The leader
-        writes job.json into `directory` then."""
+    def report_end(self, outcome: str, exit_code: int) -> int:
+        """Say how this node ended; wait for the job's end and return its code (node 0's
+        coordinator writes job.json itself as the job ends, or when it closes)."""
         self._send("end", outcome=outcome, exit_code=exit_code)
         # As long as the job runs elsewhere: node 0 must outlive every node (or they would
         # count it lost), and every node exits with the job's status. The wait ends: node 0
@@ -148,12 +148,6 @@ class Member:
                 break
         if not done:
             self._log("job_end_unknown", "warning")
-        if self.coordinator is not None:
-            try:
-                path = self.coordinator.write_report(directory)
-                self._log("job_report_written", path=path)
-            except OSError as exc:
-                self._log("job_report_not_written", "warning", error=exc.strerror)
         if not done or self._done_code is None:
             return exit_code
         return self._done_code

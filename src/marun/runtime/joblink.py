@@ -43,6 +43,8 @@ class JobLink(Protocol):
 
     def report_stacks(self, text: str) -> None: ...
 
-    def report_end(self, outcome: str, exit_code: int, directory: str) -> int: ...
+    def report_end(self, outcome: str, exit_code: int) -> int:
+        """Say how this node ended; wait for the job's end and return its code (node 0's
+        coordinator writes job.json itself, as the job ends)."""
 
     def close(self) -> None: ...

@@ -422,10 +422,6 @@ class Supervisor(SupervisorRounds):
                 rec.tail.clear()
                 self._start(index)
 
-    # -- signals ----------------------------------------------------------------------------
-
-    # -- the end ----------------------------------------------------------------------------
-
 
 def _prepare(records: list[ProcessRecord]) -> list[int]:
     """Everything that can be refused (a cwd or log that cannot be created), done before the

@@ -56,7 +56,7 @@ class SupervisorReport:
             self._say(failure_summary(job) if self._options.prefix_output else nested_summary(job))
         code = job.exit_code
         if self._link is not None:
-            code = self._end_of_job(directory)
+            code = self._end_of_job()
         self._emit(
             "job_finished",
             outcome=job.outcome,
@@ -66,12 +66,12 @@ class SupervisorReport:
         )
         return code
 
-    def _end_of_job(self, directory: str) -> int:
+    def _end_of_job(self) -> int:
         """Tell node 0 how this node ended, wait for the job's end, print its first failure."""
         assert self._link is not None
         try:
             with interruptible():
-                code = self._link.report_end(self.job.outcome, self.job.exit_code, directory)
+                code = self._link.report_end(self.job.outcome, self.job.exit_code)
         except Interrupted as exc:
             # Stopped while waiting for the rest of the job (the platform ends the pod).
             self._emit("signal_received", "warning", signal=signal_name(exc.signum), phase="end")
