@@ -431,40 +431,46 @@ class JobInterleavings(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         try:
-            if self.coordinator is None:
-                return
-            # Let every node run: resumed, every marun the platform starts started, the ranks
-            # let finish (exit 0), and the job's time passes until it is done.
-            for node in self.nodes:
-                node.frozen = False
-                if not node.instance:
-                    self.start_a_marun(node.index, new=True)
-            spent = 0.0
-            while self.job.phase is not JobPhase.DONE and spent < SETTLE:
-                for node in self.nodes:
-                    if node.alive and node.phase == "running":
-                        self.a_rank_exits(node.index, 0)
-                self._advance(1.0)
-                spent += 1.0
-            assert self.job.phase is JobPhase.DONE, (self.job.phase, spent, self.events[-8:])
-            self._settle()
-            code = self.job.exit_code
-            for node in self.nodes:
-                if node.alive and node.done_code is not None:
-                    assert node.done_code == code, (node.index, node.done_code, code)
-            if self.signalled is not None:
-                assert code == self.signalled[0]
-        finally:
-            for mod, real in self._saved.items():
-                mod.time = real  # type: ignore[attr-defined]
             if self.coordinator is not None:
-                for conn in list(self.job._conns):
-                    self.job._drop(conn)
-                for node in self.nodes:
-                    if node.far is not None:
-                        node.far.close()
-                self.job._server.close()
-                self.job._sel.close()
+                self.run_to_the_end()
+        finally:
+            self.close()
+
+    def run_to_the_end(self) -> None:
+        """Let every node run: resumed, every marun the platform starts started, the ranks let
+        finish (exit 0), and the job's time passes until it is done; then every node still
+        there was told the job's exit code (a stop signal's, if one reached a live job)."""
+        for node in self.nodes:
+            node.frozen = False
+            if not node.instance:
+                self.start_a_marun(node.index, new=True)
+        spent = 0.0
+        while self.job.phase is not JobPhase.DONE and spent < SETTLE:
+            for node in self.nodes:
+                if node.alive and node.phase == "running":
+                    self.a_rank_exits(node.index, 0)
+            self._advance(1.0)
+            spent += 1.0
+        assert self.job.phase is JobPhase.DONE, (self.job.phase, spent, self.events[-8:])
+        self._settle()
+        code = self.job.exit_code
+        for node in self.nodes:
+            if node.alive and node.done_code is not None:
+                assert node.done_code == code, (node.index, node.done_code, code)
+        if self.signalled is not None:
+            assert code == self.signalled[0]
+
+    def close(self) -> None:
+        for mod, real in self._saved.items():
+            mod.time = real  # type: ignore[attr-defined]
+        if self.coordinator is not None:
+            for conn in list(self.job._conns):
+                self.job._drop(conn)
+            for node in self.nodes:
+                if node.far is not None:
+                    node.far.close()
+            self.job._server.close()
+            self.job._sel.close()
 
 
 def test_the_coordinator_in_every_interleaving() -> None:
