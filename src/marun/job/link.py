@@ -1,5 +1,5 @@
-"""Build this node's JobLink from the plan's coordination section (runtime.execute loads this
-module by name, only when the plan has one)."""
+"""Build this node's JobLink from the plan's coordination section (marun.launch.open_link
+imports this module, only when the plan has one: a single-node run loads nothing of marun.job)."""
 
 from __future__ import annotations
 

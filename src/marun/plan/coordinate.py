@@ -4,8 +4,7 @@ Each planner states the job's shape it already knows (`LaunchPlan.shape`: node 0
 the node count, this node's index, slots per node); this step adds what is the same in every
 mode (the settings' port and time-outs, the job's secret, the platform's host list, the job id)
 and reads no mode's inputs again. A single-node job gets no section and pays nothing for
-coordination; neither does a whole-job plan (`--all-nodes`), nor MPI mode until its runtime
-runs on the job's spine (part 12, item 1).
+coordination; neither does a whole-job plan (`--all-nodes`) nor a job with `job_port` 0.
 """
 
 from __future__ import annotations

@@ -34,8 +34,9 @@ class ProcessSpec:
     """One process to start.
 
     `env` holds only what marun sets or changes; the process inherits the rest of marun's
-    environment. `role` is the engine's name for the process (worker, scheduler, ps, chief,
-    sshd, mpirun). `rank` is the job-wide rank where the engine has one. A `daemon` is a process
+    environment. `role` is the engine's name for the process (worker, scheduler, server, ps,
+    chief, evaluator, sshd, leader: MPI's mpi-leader). `rank` is the job-wide rank where the
+    engine has one. A `daemon` is a process
     that never ends by itself (a TF parameter server, sshd): it is stopped once the others are done
     and its exit does not count toward the job's status. `restart_on_failure`: a non-zero end
     restarts it (after `Supervision.recovery_wait`, up to `Supervision.recovery_restarts` times)

@@ -2,14 +2,15 @@
 lines prefixed `[<node>:<rank or name>] `. (A process the console does not show has no pipe: it
 writes its log file itself, marun.runtime.direct_log.)
 
-Every pipe has its own pump thread (`Relay`), so reading, logging and showing use every core:
-the system calls (read, write, writev) run without the GIL, and no rank's log waits for another
-rank's. The threads share only two things, each safe to share: marun's stdout
-(`Console`), written under a lock one whole-line block at a time, so lines of different ranks
-interleave at line boundaries and never inside a line; and a process's tail (a bounded deque,
-whose appends are atomic), read by the supervisor for the failure report. Everything else a pump
-touches is its own: its pipe, its `OutputStream`, and its process's log file (O_APPEND: the
-hang watchdog's stack dumps, written by the main thread, land between two of its writes).
+Every pipe has its own pump thread (`Pump`, all of a node's held by its `Relay`), so reading,
+logging and showing use every core: the system calls (read, write, writev) run without the GIL,
+and no rank's log waits for another rank's. The threads share only two things, each safe to
+share: marun's stdout (`Console`), written under a lock one whole-line block at a time, so lines
+of different ranks interleave at line boundaries and never inside a line; and a process's tail
+(a bounded deque, whose appends are atomic), read by the supervisor for the failure report.
+Everything else a pump touches is its own: its pipe, its `OutputStream`, and its process's log
+file (O_APPEND: the hang watchdog's stack dumps, written by marun.runtime.stacks' own thread,
+land between two of its writes).
 A line longer than `MAX_LINE` (a progress bar redrawn with `\\r` for hours) is cut there so
 memory stays bounded; the log file always receives the bytes exactly as written.
 

@@ -23,8 +23,8 @@ class Phase(Enum):
     Transitions only go forward: (ARRIVING ->) RUNNING -> STOPPING -> KILLING -> GAVE_UP, and
     ARRIVING -> STOPPING, RESTARTING -> STOPPING; but for the one cycle of restart rounds,
     RUNNING -> RESTARTING -> ARRIVING -> RUNNING (or RESTARTING -> RUNNING), each time with a
-    higher round number. The loop ends when no
-    child is left in any phase but RUNNING, or at GAVE_UP.
+    higher round number. The loop ends once the phase is past the live ones (STOPPING, KILLING)
+    and no child is left, or at GAVE_UP.
     """
 
     ARRIVING = "arriving"
