@@ -58,6 +58,43 @@ LogDirOpt = Annotated[Optional[str], typer.Option("--log-dir", help="per-process
 TfChiefOpt = Annotated[
     Optional[bool], typer.Option("--tf-chief", help="tensorflow: worker 0 becomes the chief")
 ]
+# pytorch without the platform, named as torchrun names them (docs/engines/pytorch.md).
+StandaloneOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--standalone",
+        help="pytorch: a job on this machine alone, no platform (127.0.0.1, a free port), as"
+        " torchrun --standalone",
+    ),
+]
+NnodesOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--nnodes", metavar="N", help="pytorch without the platform: nodes in the job (torchrun's)"
+    ),
+]
+NodeRankOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--node-rank", metavar="I", help="pytorch without the platform: this node's rank, 0-based"
+    ),
+]
+MasterAddrOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--master-addr",
+        metavar="HOST",
+        help="pytorch without the platform: node 0's address (default 127.0.0.1)",
+    ),
+]
+MasterPortOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--master-port",
+        metavar="PORT",
+        help="pytorch without the platform: the rendezvous port on node 0 (default 29500)",
+    ),
+]
 # Supervision options: part of the plan (its `supervision`), so `plan` shows and checks them exactly
 # as `run` does, and a `run` command line turns into its dry-run by changing one word.
 ConsoleRanksOpt = Annotated[

@@ -359,6 +359,43 @@ BAD = [
         ["MA_NUM_HOSTS", "from 1 to 100000"],
     ),
     ("hosts-float", ["--init_method", INIT], {"MA_NUM_HOSTS": "1e8"}, [], ["MA_NUM_HOSTS='1e8'"]),
+    # A bare --init_method (no value) says so, not "not appended" (part 19, item 5).
+    ("init-method-bare", ["--init_method"], {}, ["--mode", "pytorch"], ["appended with no value"]),
+    # torchrun's options without the platform (part 19, item 2): checked as the platform's.
+    ("no-init-method-hint", [], {}, ["--mode", "pytorch"], ["--standalone"]),
+    (
+        "standalone-and-appended",
+        ["--init_method", INIT],
+        {},
+        ["--standalone"],
+        ["one or the other"],
+    ),
+    ("standalone-nnodes", [], {}, ["--standalone", "--nnodes", "2"], ["--standalone", "--nnodes"]),
+    (
+        "nnodes-no-addr",
+        [],
+        {},
+        ["--nnodes", "2", "--node-rank", "1"],
+        ["--nnodes", "--master-addr"],
+    ),
+    (
+        "node-rank-too-big",
+        [],
+        {},
+        ["--nnodes", "2", "--node-rank", "2", "--master-addr", "10.0.0.1"],
+        ["--node-rank", "below --nnodes=2"],
+    ),
+    ("nnodes-zero", [], {}, ["--nnodes", "0"], ["--nnodes", "from 1"]),
+    ("master-addr-bad", [], {}, ["--master-addr", "a;b"], ["--master-addr", "'a;b'"]),
+    ("master-port-bad", [], {}, ["--standalone", "--master-port", "0"], ["--master-port"]),
+    (
+        "standalone-hosts",
+        [],
+        {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "0"},
+        ["--standalone"],
+        ["MA_NUM_HOSTS", "--nnodes=1"],
+    ),
+    ("standalone-mindspore", [], {}, ["--mode", "mindspore", "--standalone"], ["--mode pytorch"]),
 ]
 
 
@@ -451,3 +488,35 @@ def test_a_rendezvous_address_this_host_lacks_leaves_socket_ifname_unset_with_a_
         "192.0.2.77" in note
         for note in data["notes"]
     ), data["notes"]
+
+
+def test_standalone_is_a_local_job_without_the_platform(script: Path) -> None:
+    """`--standalone` (torchrun's): N processes on this machine, 127.0.0.1 and a free port, no
+    platform variable and no appended argument; auto mode takes it for pytorch."""
+    data = plan(script, [], options=("--standalone", "--nproc-per-node", "2"))
+    procs = data["nodes"][0]["processes"]
+    assert [p["env"]["RANK"] for p in procs] == ["0", "1"]
+    env = procs[0]["env"]
+    assert (env["MASTER_ADDR"], env["WORLD_SIZE"], env["GROUP_WORLD_SIZE"]) == (
+        "127.0.0.1",
+        "2",
+        "1",
+    )
+    assert 0 < int(env["MASTER_PORT"]) < 65536
+    assert "coordination" not in data
+    assert any("--standalone" in note for note in data["notes"])
+    fixed = plan(script, [], options=("--standalone", "--master-port", "29511"))
+    assert fixed["nodes"][0]["processes"][0]["env"]["MASTER_PORT"] == "29511"
+
+
+def test_nnodes_node_rank_master_addr_as_torchrun(script: Path) -> None:
+    """`--nnodes 2 --node-rank 1 --master-addr A --master-port P`: node 1 of 2, as the platform's
+    `--init_method tcp://A:P --rank 1 --world_size 2` would make it."""
+    options = ("--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1")
+    by_options = plan(script, [], {"MA_NUM_GPUS": "2"}, (*options, "--master-port", "29500"))
+    by_platform = plan(script, TWO_NODES, {"MA_NUM_GPUS": "2"})
+    assert by_options["nodes"] == by_platform["nodes"]
+    assert by_options["coordination"]["nodes"] == 2
+    # torchrun's default port, 29500, when none is given
+    default = plan(script, [], {"MA_NUM_GPUS": "2"}, options)
+    assert default["nodes"][0]["processes"][0]["env"]["MASTER_PORT"] == "29500"

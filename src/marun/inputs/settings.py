@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from marun.errors import InputError, bad_value
-from marun.inputs.numbers import MAX_PROCS_PER_NODE, MAX_SECONDS, PORT_MAX, parse_int, parse_seconds
+from marun.inputs.numbers import (
+    MAX_NODES,
+    MAX_PROCS_PER_NODE,
+    MAX_SECONDS,
+    PORT_MAX,
+    parse_int,
+    parse_seconds,
+)
 from marun.inputs.textfile import parse_guarded, read_input_text
 
 # The ECDHE AES-GCM suites of MindSpore's documented example: MindSpore 2.10 refuses its DHE-RSA
@@ -34,6 +41,13 @@ class Settings:
     per_node: bool = False  # ascend: the start file runs once per node, not once per device
     keep_platform_args: bool = False  # pass the platform's appended arguments to the script
     tf_chief: bool = False  # tensorflow: worker 0 becomes TF_CONFIG's "chief"
+    # pytorch without the platform, as torchrun's options: --standalone (this machine alone), or
+    # --nnodes/--node-rank/--master-addr/--master-port in place of the appended --init_method
+    standalone: bool = False
+    nnodes: int | None = None
+    node_rank: int | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
     # MindSpore dynamic cluster
     ms_sched_port: int = 8118  # msrun's default master_port
     ms_topo_timeout: int = 600  # seconds all processes have to join (msrun's cluster_time_out)
@@ -84,6 +98,9 @@ FIELDS: Mapping[str, Any] = {f.name: f for f in fields(Settings)}
 # The range of each integer setting; every float setting is a finite number of seconds >= 0.
 INT_RANGES: Mapping[str, tuple[int, int]] = {
     "nproc_per_node": (1, MAX_PROCS_PER_NODE),
+    "nnodes": (1, MAX_NODES),
+    "node_rank": (0, MAX_NODES - 1),
+    "master_port": (1, PORT_MAX),
     "ms_sched_port": (1024, PORT_MAX),  # MindSpore's range for MS_SCHED_PORT
     "ms_topo_timeout": (1, int(MAX_SECONDS)),  # seconds, as every time-out: up to a year
     "sshd_port": (1, PORT_MAX),

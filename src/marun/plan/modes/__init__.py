@@ -29,7 +29,7 @@ def detect_mode(platform: Platform) -> str:
     named."""
     if platform.env.get("RANK_TABLE_FILE"):
         return "ascend"
-    if "init_method" in platform.appended:
+    if "init_method" in platform.appended or torchrun_options(platform):
         return "pytorch"
     if "ps_hosts" in platform.appended or "worker_hosts" in platform.appended:
         return "tensorflow"
@@ -42,6 +42,19 @@ def detect_mode(platform: Platform) -> str:
         "--mode auto: found no RANK_TABLE_FILE, no appended --init_method and no appended "
         "--ps_hosts/--worker_hosts nor TF_WORKER_HOSTS; expected --mode one of " + ", ".join(MODES)
     )
+
+
+# torchrun's options for a job without the platform (pytorch mode's), by Settings field name.
+TORCHRUN_OPTIONS = ("standalone", "nnodes", "node_rank", "master_addr", "master_port")
+
+
+def torchrun_options(platform: Platform) -> list[str]:
+    """The torchrun-style options given (`--standalone`, `--nnodes`, ...), as options."""
+    return [
+        "--" + name.replace("_", "-")
+        for name in TORCHRUN_OPTIONS
+        if getattr(platform.settings, name) not in (None, False)
+    ]
 
 
 def _other_device_start(mode: str, platform: Platform, all_nodes: bool) -> LaunchPlan | None:
@@ -95,6 +108,12 @@ def plan_with(
         mode = detect_mode(platform)
     if mode not in MODES:
         raise bad_value("--mode", mode, "auto or one of " + ", ".join(MODES))
+    foreign = torchrun_options(platform)
+    if foreign and mode != "pytorch":
+        raise InputError(
+            f"{foreign[0]}: a pytorch option (torchrun's), given with --mode {mode}; expected "
+            "--mode pytorch (or auto), or the platform's inputs of this mode"
+        )
     skipped = _other_device_start(mode, platform, all_nodes)
     if skipped is not None:
         return replace(skipped, supervision=watching)
