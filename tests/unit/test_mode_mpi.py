@@ -471,6 +471,12 @@ BAD = [
         "one of them, or the same value in both (set sshd_port, MARUN_SSHD_PORT, alone)",
         id="my-sshd-port-disagrees",
     ),
+    # The default port set on purpose does not lose to MY_SSHD_PORT in silence (part 19, item 9).
+    pytest.param(
+        {"MY_SSHD_PORT": "2222", "MARUN_SSHD_PORT": "36666"},
+        "MY_SSHD_PORT='2222' (the platform's run_mpi.sh variable) but sshd_port=36666",
+        id="my-sshd-port-disagrees-with-the-default-set",
+    ),
     pytest.param({"MY_MPI_SLOTS": "0"}, "MY_MPI_SLOTS='0'", id="my-slots-0"),
     pytest.param(
         {"MY_MPI_SLOTS": "3", "MARUN_NPROC_PER_NODE": "2"},

@@ -32,6 +32,10 @@ MS_CIPHER_LIST = (
 )
 
 
+# MPI's sshd port when neither sshd_port nor the platform's MY_SSHD_PORT names one.
+DEFAULT_SSHD_PORT = 36666
+
+
 @dataclass(frozen=True)
 class Settings:
     # network
@@ -68,7 +72,7 @@ class Settings:
     resolve_timeout: float = 300.0  # seconds to wait for a peer's name to resolve
     volcano_dir: str = "/etc/volcano"
     # MPI
-    sshd_port: int = 36666
+    sshd_port: int | None = None  # None: MY_SSHD_PORT (run_mpi.sh's), else DEFAULT_SSHD_PORT
     ssh_dir: str | None = None  # where the platform mounts id_rsa/authorized_keys; default ~/.ssh
     mpirun_extra_args: tuple[str, ...] = ()
     # `*`: every variable of node 0's container but per-node, session and MPI's own (mpi/planner)
@@ -198,6 +202,20 @@ def _read_file(path: Path) -> dict[str, Any]:
     return {k: _coerce(k, v, f"config file {path}: {k}") for k, v in data.items()}
 
 
+def _refuse_near_miss(env: Mapping[str, str]) -> None:
+    """A `MARUN_*` variable a letter or two from one of marun's, that one unset, is bad input,
+    as the same typo of a key in marun.yaml is (its value is not shown: it may be a password)."""
+    from marun.inputs.variables import MARUN_OTHER_VARS, marun_near_miss
+
+    known = (*("MARUN_" + name.upper() for name in FIELDS), *MARUN_OTHER_VARS)
+    miss = marun_near_miss(env, known)
+    if miss is not None:
+        raise InputError(
+            f"{miss[0]}: not a variable marun reads; expected {miss[1]} (unset, a letter or two "
+            "away), as a config key is checked"
+        )
+
+
 @dataclass(frozen=True)
 class LoadedSettings:
     settings: Settings
@@ -209,6 +227,7 @@ def load_settings(
     cli: Mapping[str, Any], env: Mapping[str, str], cwd: str, config_file: str | None = None
 ) -> LoadedSettings:
     """Merge the four layers. `cli` holds only the options the user actually gave."""
+    _refuse_near_miss(env)
     path = find_config_file(config_file, env, cwd)
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}

@@ -122,7 +122,7 @@ def plan_with(
     if watching.max_restarts:
         plan = with_rounds(replace(plan, supervision=watching))
         watching = plan.supervision
-    notes = plan.notes
+    notes = (*plan.notes, *_near_miss_notes(platform))
     if (
         not always_supervise
         and coordination is None
@@ -137,6 +137,22 @@ def plan_with(
             "written; --supervise keeps marun in front and writes both",
         )
     return replace(plan, supervision=watching, notes=notes, coordination=coordination)
+
+
+def _near_miss_notes(platform: Platform) -> tuple[str, ...]:
+    """A platform variable that looks like a typo of one marun reads (`MA_NUM_GPU`, no S): a note
+    in the plan, and at `marun run` a warning on stderr too (the plan's notes are not printed)."""
+    from marun.inputs.variables import near_miss_note, platform_near_misses
+
+    found = platform_near_misses(platform.env)
+    if not found:
+        return ()
+    note = near_miss_note(found)
+    if not platform.dry_run:
+        from marun.log import get_logger
+
+        get_logger("marun").warning("variable_near_miss", note=note)
+    return (note,)
 
 
 # The variables holding a port that a framework binds anew in each round (PyTorch's rendezvous
