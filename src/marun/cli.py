@@ -48,7 +48,9 @@ def _examples(*lines: str) -> str:
 
 
 app = typer.Typer(
-    add_completion=False,
+    # `-h` as python, torchrun and msrun take it; inherited by every command's context
+    context_settings={"help_option_names": ["-h", "--help"]},
+    add_completion=True,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     # click's plain help: rich's boxes wrapped words mid-way at 80 columns, cut option names and
@@ -198,7 +200,12 @@ def simulate(
         SimMode.pytorch
     ),
     nodes: Annotated[int, typer.Option("--nodes", help="nodes (containers) in the job")] = 2,
-    devices: Annotated[int, typer.Option("--devices", help="devices per node")] = 2,
+    devices: Annotated[
+        int,
+        typer.Option(
+            "--devices", "--nproc-per-node", metavar="N", help="devices (processes) per node"
+        ),
+    ] = 2,
     config: ConfigOpt = None,
     log_dir: LogDirOpt = None,
     tf_chief: TfChiefOpt = None,
@@ -274,7 +281,11 @@ def _root(
     version: Annotated[
         bool,
         typer.Option(
-            "--version", is_eager=True, callback=_print_version, help="print marun's version"
+            "--version",
+            "-V",
+            is_eager=True,
+            callback=_print_version,
+            help="print marun's version",
         ),
     ] = False,
 ) -> None:
@@ -313,12 +324,12 @@ def _unknown_option(words: "list[str]") -> Optional[str]:
         if param.param_type_name == "option":  # typer vendors click: matched by shape
             for opt in (*param.opts, *param.secondary_opts):
                 takes_value[opt] = not getattr(param, "is_flag", False)
-    takes_value["--help"] = False
+    takes_value["--help"] = takes_value["-h"] = False
     i = 1
     while i < len(words):
         word = words[i]
-        if word == "--" or not word.startswith("-") or word == "-":
-            return None
+        if word in ("--", "-", "-m") or not word.startswith("-"):
+            return None  # `-m MODULE`: the command starts there, as python's
         option, eq, _ = word.partition("=")
         if option not in takes_value:
             known = sorted(takes_value)

@@ -26,14 +26,20 @@ class Format(str, Enum):
 
 
 CommandArg = Annotated[
-    Optional[list[str]], typer.Argument(help="SCRIPT [ARGS...]: a .py file or a command")
+    Optional[list[str]],
+    typer.Argument(
+        metavar="[-m MODULE | SCRIPT] [ARGS]...",
+        help="a .py file, a command, or -m MODULE (run as python -m)",
+    ),
 ]
 ModeOpt = Annotated[
     Mode, typer.Option("--mode", help="launch mode; auto reads the platform's hints")
 ]
 ConfigOpt = Annotated[
     Optional[str],
-    typer.Option("--config", help="YAML settings file (else $MARUN_CONFIG, ./marun.yaml)"),
+    typer.Option(
+        "--config", metavar="FILE", help="YAML settings file (else $MARUN_CONFIG, ./marun.yaml)"
+    ),
 ]
 NprocOpt = Annotated[
     Optional[str],
@@ -52,9 +58,12 @@ KeepOpt = Annotated[
     ),
 ]
 NicOpt = Annotated[
-    Optional[str], typer.Option("--nic", help="network interface to use (default: detected)")
+    Optional[str],
+    typer.Option("--nic", metavar="NIC", help="network interface to use (default: detected)"),
 ]
-LogDirOpt = Annotated[Optional[str], typer.Option("--log-dir", help="per-process log directory")]
+LogDirOpt = Annotated[
+    Optional[str], typer.Option("--log-dir", metavar="DIR", help="per-process log directory")
+]
 TfChiefOpt = Annotated[
     Optional[bool], typer.Option("--tf-chief", help="tensorflow: worker 0 becomes the chief")
 ]
@@ -101,6 +110,7 @@ ConsoleRanksOpt = Annotated[
     Optional[str],
     typer.Option(
         "--console-ranks",
+        metavar="RANKS",
         help="whose output reaches marun's stdout: all (default), none, or e.g. 0,3-5,scheduler;"
         " log files always get everything",
     ),

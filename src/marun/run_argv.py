@@ -102,8 +102,8 @@ def parse_run(argv: Sequence[str]) -> RunArgs | None:
         if word == "--":
             i += 1
             break
-        if not word.startswith("-") or word == "-":
-            break
+        if not word.startswith("-") or word in ("-", "-m"):
+            break  # `-m MODULE`: the command starts there, as python's
         name, eq, inline = word.partition("=")
         entry = RUN_OPTIONS.get(name)
         if entry is None:

@@ -16,7 +16,7 @@ from dataclasses import replace
 from marun.errors import InputError, bad_value
 from marun.inputs.injected import Platform
 from marun.plan.coordinate import coordination_for
-from marun.plan.launch_plan import LaunchPlan, execs_lone_process
+from marun.plan.launch_plan import LaunchPlan, Supervision, execs_lone_process
 
 # The one list of modes; every other list of them is checked against it (tests/unit/test_modes).
 MODES = ("ascend", "mindspore", "pytorch", "tensorflow", "mpi")
@@ -122,7 +122,7 @@ def plan_with(
     if watching.max_restarts:
         plan = with_rounds(replace(plan, supervision=watching))
         watching = plan.supervision
-    notes = (*plan.notes, *_near_miss_notes(platform))
+    notes = (*plan.notes, *_near_miss_notes(platform), *_console_notes(plan, watching, all_nodes))
     if (
         not always_supervise
         and coordination is None
@@ -137,6 +137,31 @@ def plan_with(
             "written; --supervise keeps marun in front and writes both",
         )
     return replace(plan, supervision=watching, notes=notes, coordination=coordination)
+
+
+def _console_notes(plan: LaunchPlan, watching: Supervision, all_nodes: bool) -> tuple[str, ...]:
+    """`--console-ranks 5` on a node whose ranks are 0-1: said, not silently shown nothing."""
+    selection = watching.console
+    processes = [p for node in plan.nodes for p in node.processes]
+    if selection.everything or not processes:
+        return ()
+    ranks = sorted({p.rank for p in processes if p.rank is not None})
+    words = {p.name for p in processes} | {p.role for p in processes}
+    missing = [
+        str(first) if first == last else f"{first}-{last}"
+        for first, last in sorted(selection.ranks)
+        if not any(first <= rank <= last for rank in ranks)
+    ]
+    missing += sorted(name for name in selection.names if name not in words)
+    if not missing:
+        return ()
+    where = "the job" if all_nodes else "this node"
+    have = f"ranks {ranks[0]}-{ranks[-1]}" if ranks else "no ranks"
+    note = f"console_ranks {','.join(missing)}: no process of {where} ({have}) has it"
+    note += "" if all_nodes else "; another node's marun shows it, if that node runs it"
+    if not any(selection.shows(p.name, p.role, p.rank) for p in processes):
+        note += f"; {where}'s console shows no process's output (log files have it all)"
+    return (note,)
 
 
 def _near_miss_notes(platform: Platform) -> tuple[str, ...]:
