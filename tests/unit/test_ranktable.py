@@ -303,6 +303,33 @@ BAD: list[tuple[str, str, list[str]]] = [
         _edit(_group_list, _set(f"{GL_INST}.0.devices.3.device_ip", "29.1.0")),
         ["group_list[1].instance_list[0].devices[3].device_ip='29.1.0'", "an IPv4 address"],
     ),
+    # Part 19, item 5: HCCL cannot run a device without its address; the counts a table states
+    # are required as its status is.
+    (
+        "device-ip-missing",
+        _edit(_server_list, _set(f"{SL_DEV}.1.device_ip", _DELETE)),
+        ["server_list[1].device[1].device_ip is missing: expected a string"],
+    ),
+    (
+        "device-ip-empty",
+        _edit(_server_list, _set(f"{SL_DEV}.0.device_ip", "")),
+        ["server_list[1].device[0].device_ip=''", "an IPv4 address (HCCL needs it)"],
+    ),
+    (
+        "device-ip-empty-group-list",
+        _edit(_group_list, _set(f"{GL_INST}.0.devices.2.device_ip", " ")),
+        ["group_list[1].instance_list[0].devices[2].device_ip=' '", "IPv4"],
+    ),
+    (
+        "server-count-missing",
+        _edit(_server_list, _set("server_count", _DELETE)),
+        ["server_count is missing: expected a non-negative integer"],
+    ),
+    (
+        "group-count-missing",
+        _edit(_group_list, _set("group_count", _DELETE)),
+        ["group_count is missing: expected a non-negative integer"],
+    ),
     (
         "server-num-disagrees",
         _edit(_group_list, _set("group_list.1.server_num", "3")),
@@ -478,7 +505,9 @@ def _table_of(counts: list[int]) -> str:
             )
             rank += 1
         servers.append({"server_id": f"192.0.2.{s + 1}", "device": devices})
-    return json.dumps({"status": "completed", "server_list": servers})
+    return json.dumps(
+        {"status": "completed", "server_count": str(len(servers)), "server_list": servers}
+    )
 
 
 @pytest.mark.parametrize("counts", [[1], [2], [4], [8], [8, 8], [8] * 5])
