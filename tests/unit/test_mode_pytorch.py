@@ -57,6 +57,9 @@ def rank_env(node: int, local: int, nproc: int, nodes: int, run_id: str) -> dict
         "TORCHELASTIC_RESTART_COUNT": "0",
         "TORCHELASTIC_MAX_RESTARTS": "0",
         "TORCHELASTIC_RUN_ID": run_id,
+        "TORCHELASTIC_USE_AGENT_STORE": "False",
+        "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
         "RANK": str(rank),
         "LOCAL_RANK": str(local),
         "GROUP_RANK": str(node),
@@ -79,6 +82,9 @@ def test_two_nodes_two_procs_every_rank(script: Path) -> None:
             rank = node["index"] * 2 + local
             expected = rank_env(node["index"], local, 2, 2, "job-a")
             expected["OMP_NUM_THREADS"] = "1"
+            expected["TORCHELASTIC_ERROR_FILE"] = (
+                f"{script.parent}/marun_logs/rank_{rank}.error.json"
+            )
             if node["index"] == 1:
                 # 127.0.0.1 is the rendezvous address: its interface is lo.
                 expected.update(GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="lo")
@@ -108,6 +114,7 @@ def test_one_node_init_method_only(script: Path) -> None:
     (proc,) = node["processes"]
     expected = rank_env(0, 0, 1, 1, "none")
     expected.update(GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="lo")
+    expected["TORCHELASTIC_ERROR_FILE"] = f"{script.parent}/marun_logs/rank_0.error.json"
     assert proc["env"] == expected  # one process: no OMP_NUM_THREADS, as torchrun
     assert node["index"] == 0
 
@@ -520,3 +527,16 @@ def test_nnodes_node_rank_master_addr_as_torchrun(script: Path) -> None:
     # torchrun's default port, 29500, when none is given
     default = plan(script, [], {"MA_NUM_GPUS": "2"}, options)
     assert default["nodes"][0]["processes"][0]["env"]["MASTER_PORT"] == "29500"
+
+
+def test_torchruns_error_handling_variables(script: Path) -> None:
+    """As torchrun (part 19, item 7): TORCH_NCCL_ASYNC_ERROR_HANDLING=1 unless the user set it,
+    and each rank's TORCHELASTIC_ERROR_FILE, where torch's @record writes its exception."""
+    procs = plan(script, [], options=("--standalone", "--nproc-per-node", "2"))["nodes"][0]
+    envs = [p["env"] for p in procs["processes"]]
+    assert [e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] for e in envs] == ["1", "1"]
+    assert [e["TORCHELASTIC_ERROR_FILE"] for e in envs] == [
+        f"{script.parent}/marun_logs/rank_{r}.error.json" for r in (0, 1)
+    ]
+    kept = plan(script, [], {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "0"}, ("--standalone",))
+    assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in kept["nodes"][0]["processes"][0]["env"]

@@ -261,6 +261,12 @@ def node_execs(plan: LaunchPlan, node: NodePlan) -> bool:
     )
 
 
+# Where torch's `@record` entrypoint decorator writes a rank's exception as JSON (torchrun sets it
+# for each process; pytorch mode plans it): the runtime clears it before each start and the
+# failure summary shows it (marun.runtime.result).
+ERROR_FILE_VAR = "TORCHELASTIC_ERROR_FILE"
+
+
 # The variables that tell a process its restart round (marun's, and torchrun's where the process
 # has them: PyTorch mode plans TORCHELASTIC_*).
 ROUND_VAR, BUDGET_VAR = "MARUN_RESTART_COUNT", "MARUN_MAX_RESTARTS"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -9,7 +10,14 @@ from typing import TYPE_CHECKING
 
 from marun._files import atomic_write, private_dir
 from marun.errors import InputError, MarunError
-from marun.plan.launch_plan import FileSpec, LaunchPlan, NodePlan, ProcessSpec, execs_lone_process
+from marun.plan.launch_plan import (
+    ERROR_FILE_VAR,
+    FileSpec,
+    LaunchPlan,
+    NodePlan,
+    ProcessSpec,
+    execs_lone_process,
+)
 
 if TYPE_CHECKING:  # a single-node job loads nothing of the job's link
     from marun.runtime.joblink import JobLink
@@ -54,6 +62,19 @@ def refuse_taken_ports(node: NodePlan) -> None:
                 )
 
 
+def prepare_error_file(spec: ProcessSpec) -> None:
+    """Before each start of a process given TORCHELASTIC_ERROR_FILE: its directory exists (torch's
+    `@record` would otherwise fail writing it, over the script's own exception) and no file of
+    an earlier start or run is left there (torchrun gives each attempt a new directory)."""
+    path = spec.env.get(ERROR_FILE_VAR)
+    if not path:
+        return
+    with contextlib.suppress(OSError):
+        private_dir(os.path.dirname(path) or ".", strict=False)
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
 def exec_process(proc: ProcessSpec) -> None:
     """Replace marun with the process: no extra process, no extra latency, signals and exit
     status go straight to and from the platform."""
@@ -67,6 +88,7 @@ def exec_process(proc: ProcessSpec) -> None:
         ) from None
     env = dict(os.environ)
     env.update(proc.env)
+    prepare_error_file(proc)
     # exec discards Python's buffers: what marun has printed so far must get out first.
     sys.stdout.flush()
     sys.stderr.flush()

@@ -19,7 +19,7 @@ from marun.inputs.hosts import is_host_name, is_ip
 from marun.inputs.injected import Platform
 from marun.inputs.numbers import MAX_NODES, PORT_MAX, PORT_MIN, is_digits, is_port, parse_int
 from marun.plan.coordination import JobShape
-from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
+from marun.plan.launch_plan import ERROR_FILE_VAR, LaunchPlan, NodePlan, ProcessSpec
 from marun.plan.modes import torchrun_options
 from marun.plan.modes.common import log_dir, script_argv, socket_ifname_env
 
@@ -28,6 +28,7 @@ INIT_METHOD_FORM = (
     "platform appends it"
 )
 SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+ASYNC_ERROR_VAR = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
 
 
 @dataclass(frozen=True)
@@ -209,7 +210,16 @@ def _common_env(platform: Platform, rdzv: Rendezvous, nproc: int) -> dict[str, s
         "TORCHELASTIC_RESTART_COUNT": "0",
         "TORCHELASTIC_MAX_RESTARTS": "0",
         "TORCHELASTIC_RUN_ID": platform.job_name() or "none",
+        # rank 0 serves the store (torch's TCPStore), as under torchrun without an agent store
+        "TORCHELASTIC_USE_AGENT_STORE": "False",
+        # torchrun's workers inherit its agent's setting; marun stops on the same four
+        # (marun.runtime.signals.STOP)
+        "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
     }
+    # As torchrun: on NCCL a timed-out collective aborts the process instead of hanging (a value
+    # the user set is kept, as torchrun keeps it).
+    if not platform.env.get(ASYNC_ERROR_VAR):
+        common[ASYNC_ERROR_VAR] = "1"
     # As torchrun: several processes on one node each default to every core otherwise.
     if nproc > 1 and not platform.env.get("OMP_NUM_THREADS"):
         common["OMP_NUM_THREADS"] = "1"
@@ -245,6 +255,7 @@ def _node_plan(job: _Job, node: int, host: str, ifname_env: Mapping[str, str]) -
             # the process rank, as torchrun sets it.
             "NODE_RANK": str(node),
             "ROLE_RANK": str(rank),
+            ERROR_FILE_VAR: f"{logs}/rank_{rank}.error.json",
             **ifname_env,
         }
         processes.append(
