@@ -201,10 +201,42 @@ def test_init_method_forms(script: Path, value: str, addr: str, port: str) -> No
 
 
 def test_keep_platform_args(script: Path) -> None:
+    """Part 19, item 3: as the platform starts the file: once per node (MA_NUM_GPUS=2 is the
+    script's to spawn), the appended arguments unchanged, none of torchrun's variables."""
     appended = [f"--init_method={INIT}", "--rank", "1", "--world_size", "2"]
     data = plan(script, appended, NODE_ENV, ("--keep-platform-args",), ("--lr", "0.1"))
-    for proc in data["nodes"][0]["processes"]:
-        assert proc["argv"][1:] == [str(script), "--lr", "0.1", *appended]
+    (proc,) = data["nodes"][0]["processes"]
+    assert proc["argv"][1:] == [str(script), "--lr", "0.1", *appended]
+    assert (proc["name"], proc["rank"], proc["log"]) == (
+        "node1",
+        1,
+        f"{script.parent}/marun_logs/node_1.log",
+    )
+    assert not {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"} & set(proc["env"])
+    assert any("once per node" in note and "MA_NUM_GPUS=2" in note for note in data["notes"])
+    everyone = plan(script, appended, NODE_ENV, ("--keep-platform-args", "--all-nodes"))
+    assert [len(n["processes"]) for n in everyone["nodes"]] == [1, 1]
+
+
+@pytest.mark.parametrize(
+    ("options", "env"),
+    [
+        (["--nproc-per-node", "2"], {}),
+        ([], {"MARUN_NPROC_PER_NODE": "4"}),
+    ],
+)
+@pytest.mark.parametrize("command", ["plan", "run"])
+def test_keep_platform_args_with_more_than_one_process_per_node_is_bad_input(
+    command: str, options: list[str], env: dict[str, str], script: Path
+) -> None:
+    res = run_marun(
+        [command, "--keep-platform-args", *options, "--", script.name, *TWO_NODES],
+        {**NODE_ENV, **env},
+        script.parent,
+    )
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.count("\n") == 1
+    assert "expected 1 with --keep-platform-args" in res.stderr
 
 
 def test_platform_args_are_stripped_but_users_rank_stays(script: Path) -> None:

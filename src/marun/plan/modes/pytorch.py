@@ -243,6 +243,8 @@ def _node_plan(job: _Job, node: int, host: str, ifname_env: Mapping[str, str]) -
     platform, rdzv, nproc, argv, logs, common = (
         job.platform, job.rdzv, job.nproc, job.argv, job.logs, job.common
     )  # fmt: skip
+    if platform.settings.keep_platform_args:
+        return _node_as_the_platform_starts_it(job, node, host, ifname_env)
     processes = []
     for local in range(nproc):
         rank = node * nproc + local
@@ -274,9 +276,46 @@ def _node_plan(job: _Job, node: int, host: str, ifname_env: Mapping[str, str]) -
     return NodePlan(index=node, host=host, processes=tuple(processes))
 
 
+def _node_as_the_platform_starts_it(
+    job: _Job, node: int, host: str, ifname_env: Mapping[str, str]
+) -> NodePlan:
+    """`--keep-platform-args`: the file once per node with the platform's arguments unchanged
+    and none of torchrun's variables, as the platform starts it (a script that parses
+    `--init_method --rank --world_size` and starts one process per GPU itself, such as with
+    torch.multiprocessing.spawn, computes each global rank from them)."""
+    process = ProcessSpec(
+        name=f"node{node}",
+        argv=job.argv,
+        env=dict(ifname_env),
+        cwd=job.platform.cwd,
+        log=f"{job.logs}/node_{node}.log",
+        role="worker",
+        rank=node,
+        listens=(job.rdzv.port,) if node == 0 else (),
+    )
+    return NodePlan(index=node, host=host, processes=(process,))
+
+
+def _processes_per_node(platform: Platform) -> int:
+    """--nproc-per-node, else MA_NUM_GPUS; with --keep-platform-args one (the platform's way),
+    and more than one asked for is bad input: the appended --rank is the node's."""
+    nproc = platform.devices_per_node()
+    if not platform.settings.keep_platform_args:
+        return nproc
+    if platform.settings.nproc_per_node is not None and nproc > 1:
+        raise bad_value(
+            "--nproc-per-node",
+            nproc,
+            "1 with --keep-platform-args: the platform's arguments (--rank: the node's rank) are "
+            "for one process per node that starts its GPUs' processes itself; or leave out "
+            "--keep-platform-args for one process per device with torchrun's env://",
+        )
+    return 1
+
+
 def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     rdzv = read_rendezvous(platform)
-    nproc = platform.devices_per_node()
+    nproc = _processes_per_node(platform)
     argv = script_argv(platform)  # a missing script fails before the NIC is looked for
     logs = log_dir(platform)
 
@@ -291,6 +330,14 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
         return _node_plan(job, node, host, ifname_env if this_node else {})
 
     notes: list[str] = []
+    gpus = platform.env.get("MA_NUM_GPUS", "")
+    if platform.settings.keep_platform_args and gpus not in ("", "0", "1"):
+        notes.append(
+            f"--keep-platform-args: the file runs once per node with the platform's arguments, "
+            f"as the platform starts it (MA_NUM_GPUS={gpus}: it starts a process per GPU "
+            "itself, e.g. torch.multiprocessing.spawn); without the option marun starts one per "
+            "device with torchrun's variables"
+        )
     if platform.settings.standalone and platform.settings.master_port is None:
         notes.append(
             f"--standalone: the rendezvous is {rdzv.host}:{rdzv.port}, a port free when planned "
