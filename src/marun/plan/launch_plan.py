@@ -172,6 +172,12 @@ def result_file_name(node: int) -> str:
     return "result.json" if node == 0 else f"result.node{node}.json"
 
 
+def plan_file_name(node: int) -> str:
+    """`plan.json` on node 0 (and on a one-node job), `plan.node<i>.json` on node i: the plan a
+    node's `marun run` carries out, kept with its logs (result_file_name's rule)."""
+    return "plan.json" if node == 0 else f"plan.node{node}.json"
+
+
 @dataclass(frozen=True)
 class LaunchPlan:
     mode: str

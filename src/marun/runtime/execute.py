@@ -17,6 +17,7 @@ from marun.plan.launch_plan import (
     NodePlan,
     ProcessSpec,
     execs_lone_process,
+    plan_file_name,
 )
 
 if TYPE_CHECKING:  # a single-node job loads nothing of the job's link
@@ -75,6 +76,23 @@ def prepare_error_file(spec: ProcessSpec) -> None:
         os.unlink(path)
 
 
+def write_plan_record(plan: LaunchPlan, node: NodePlan) -> None:
+    """The plan this node carries out, as `marun plan --format json` shows it (secrets masked),
+    into its log directory (`plan.json`, `plan.node<i>.json`): the platform keeps that directory,
+    so what each process was started with (argv, env, cwd) stays with its logs. A record that
+    cannot be written stops nothing (the logs it would sit beside are the run's to report)."""
+    directory = plan.supervision.record_dir
+    if not directory and node.processes:
+        directory = os.path.dirname(node.processes[0].log)
+    if not directory or not node.processes:
+        return
+    from marun.plan.render import render_json
+
+    with contextlib.suppress(OSError):
+        path = os.path.join(private_dir(directory, strict=False), plan_file_name(node.index))
+        atomic_write(path, render_json(plan), 0o600)
+
+
 def exec_process(proc: ProcessSpec) -> None:
     """Replace marun with the process: no extra process, no extra latency, signals and exit
     status go straight to and from the platform."""
@@ -116,6 +134,7 @@ def execute(plan: LaunchPlan, open_link: LinkOpener | None = None) -> int:
     # A process MindSpore recovers must be restarted when it dies: marun stays in front of it.
     if execs_lone_process(plan) and os.getpid() != 1 and not plan.supervision.always_supervise:
         write_files(node.files)
+        write_plan_record(plan, node)
         exec_process(node.processes[0])
     if not node.processes:
         write_files(node.files)
@@ -133,4 +152,5 @@ def execute(plan: LaunchPlan, open_link: LinkOpener | None = None) -> int:
     shared = os.environ.get("MARUN_SHARED_CONSOLE") == "1"
     supervisor = Supervisor(plan, node, link=link, shared_console=shared)
     write_files(node.files)
+    write_plan_record(plan, node)
     return supervisor.run()
