@@ -446,3 +446,18 @@ def test_ps_and_workers_not_one_to_one_is_a_note(script: Path) -> None:
     one_to_one = appended("worker", 1, ps=PS_ARG, workers="[w-0.j:6000,w-1.j:6001]")
     assert not any("1:1" in note for note in plan(script, one_to_one)["notes"])
     assert not any("1:1" in n for n in plan(script, appended("worker", 0, ps=None))["notes"])
+
+
+def test_ps_without_tf_chief_says_what_tf2_needs(script: Path) -> None:
+    """Part 19, item 6a: a ps/worker job without --tf-chief blocks forever under TF2's
+    ParameterServerStrategy: the plan says so and names the flag; with the flag, or with workers
+    only, no such note."""
+    words = appended("worker", 1, ps=PS_ARG, workers="[w-0.j:6000,w-1.j:6001]")
+
+    def said(data: dict[str, Any]) -> bool:
+        return any("ParameterServerStrategy needs a chief" in n for n in data["notes"])
+
+    data = plan(script, words)
+    assert said(data) and any("--tf-chief" in n for n in data["notes"])
+    assert not said(plan(script, words, options=("--tf-chief",)))
+    assert not said(plan(script, appended("worker", 0, ps=None)))

@@ -277,6 +277,14 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
         return NodePlan(n, host, processes=(_process(platform, argv, task.type, task.index, env),))
 
     placement = placement_notes(ps, workers)
+    if ps and not chief:
+        placement = (
+            *placement,
+            "parameter servers and no --tf-chief: TF2's ParameterServerStrategy needs a chief "
+            "(its coordinator) and without one every task waits forever; --tf-chief makes "
+            "worker 0 the chief (TF1's own PS loop needs none; MultiWorkerMirroredStrategy "
+            "takes workers only: see docs/engines/tensorflow.md)",
+        )
     shape = _shape(platform, cluster, len(ps), len(workers), own_type, position)
     if not all_nodes:
         this = node_plan(position, tasks[position])
