@@ -501,6 +501,12 @@ BAD = [
     pytest.param(
         {"MARUN_NIC": "lo,,lo"}, "nic='lo,,lo': expected interface names, each once", id="nic-list"
     ),
+    # The same host twice: refused by `plan` as by `run` (part 19, item 12).
+    pytest.param(
+        {"VC_WORKER_HOSTS": "h0.job,h1.job,H0.job."},
+        "host of node 2='H0.job.': expected a host of its own (node 0 has it too",
+        id="same-host-twice",
+    ),
 ]
 
 

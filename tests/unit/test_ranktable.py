@@ -553,3 +553,57 @@ def test_group_list_server_num_counts_servers_not_instances() -> None:
     # The tutorial's table: 8 one-device instances on one server, server_num "1".
     table = parse_rank_table((TABLES / "ascend_tutorial_1x8.json").read_text(), "t.json")
     assert len(table.servers) == 1
+
+
+@pytest.mark.parametrize(
+    ("ids", "note"),
+    [
+        ([0, 1], False),
+        ([2, 3], False),
+        ([4, 5], False),
+        ([4, 5, 6, 7], False),
+        ([3, 4], True),
+        ([2, 3, 4, 5], True),
+        ([0, 7], True),
+        ([0, 1, 2, 3, 4, 5, 6, 7], False),
+    ],
+)
+def test_two_or_four_devices_across_the_groups_of_four_are_a_note(
+    ids: list[int], note: bool
+) -> None:
+    """Part 19, item 12: a server's devices 0-3 and 4-7 are two groups; the platform gives a job
+    of 2 or 4 devices on a server devices of one group."""
+    devices = [
+        {"device_id": str(d), "device_ip": f"29.0.0.{d}", "rank_id": str(r)}
+        for r, d in enumerate(ids)
+    ]
+    table = {
+        "status": "completed",
+        "server_count": "1",
+        "server_list": [{"server_id": "192.0.2.1", "device": devices}],
+    }
+    notes = layout_notes(parse_rank_table(json.dumps(table), "t.json"))
+    assert bool(notes) == note, notes
+    if note:
+        assert f"devices {','.join(map(str, ids))} span both groups of 4 (0-3 and 4-7)" in notes[0]
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"para_plane_nic_num": "4"}, "para_plane_nic_num='4' but server '10.*.*.*' lists 8"),
+        (
+            {"para_plane_nic_name": ["eth0", "eth1"]},
+            "para_plane_nic_num='8' but para_plane_nic_name names 2 NIC(s)",
+        ),
+    ],
+)
+def test_para_plane_nic_num_is_checked_against_the_devices(
+    change: dict[str, Any], says: str
+) -> None:
+    """Part 19, item 12: checked as device_num and instance_count are."""
+    data = json.loads((TABLES / "ascend_tutorial_1x8.json").read_text())
+    assert len(parse_rank_table(json.dumps(data), "t.json").servers[0].devices) == 8
+    with pytest.raises(InputError) as caught:
+        parse_rank_table(json.dumps({**data, **change}), "t.json")
+    assert says in str(caught.value)

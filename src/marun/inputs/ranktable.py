@@ -418,7 +418,31 @@ def parse_rank_table(text: str, path: str) -> RankTable:
     fmt = GROUP_LIST if has_groups else SERVER_LIST
     device_entries = _group_list_devices(r, data) if has_groups else _server_list_devices(r, data)
     _check_ranks(r, device_entries)
-    return RankTable(path=path, format=fmt, servers=_servers(device_entries))
+    servers = _servers(device_entries)
+    _check_nic_count(r, data, servers)
+    return RankTable(path=path, format=fmt, servers=servers)
+
+
+def _check_nic_count(r: _Reader, data: Mapping[str, Any], servers: Sequence[Server]) -> None:
+    """`para_plane_nic_num` (the tutorial's tables): one parameter-plane NIC per device of a
+    server, as `device_num` and `instance_count` are checked against what the table lists; and
+    `para_plane_nic_name`, where given, names that many."""
+    count = r.integer(data, "para_plane_nic_num", "")
+    if count is None:
+        return
+    for server in servers:
+        if len(server.devices) != count:
+            raise r.error(
+                f"para_plane_nic_num={data['para_plane_nic_num']!r} but server "
+                f"{server.server_id!r} lists {len(server.devices)} device(s): expected one "
+                "parameter-plane NIC per device"
+            )
+    names = data.get("para_plane_nic_name")
+    if isinstance(names, list) and len(names) != count:
+        raise r.error(
+            f"para_plane_nic_num={data['para_plane_nic_num']!r} but para_plane_nic_name names "
+            f"{len(names)} NIC(s): expected as many"
+        )
 
 
 def read_table_text(path: str) -> str:

@@ -101,6 +101,19 @@ def check_hosts(platform: Platform, hosts: Sequence[str]) -> tuple[str, ...]:
                 f"a host name or address (from {task_var}, the volcano .host file or the "
                 "MA_VJ_NAME pattern)",
             )
+    # The same host twice: mpirun would put two nodes' ranks on one machine and the other's
+    # sshd would wait for ever. Refused here, so `marun plan` refuses it as `marun run` does.
+    seen: dict[str, int] = {}
+    for i, host in enumerate(hosts):
+        key = host.rstrip(".").lower()
+        if key in seen:
+            raise bad_value(
+                f"host of node {i}",
+                host,
+                f"a host of its own (node {seen[key]} has it too; from {task_var}, the volcano "
+                ".host file or the MA_VJ_NAME pattern)",
+            )
+        seen[key] = i
     return tuple(hosts)
 
 
