@@ -78,6 +78,12 @@ CASES = [
     Given("ms_client_password_file", "yaml", "[a]", "pw.txt", "mindspore"),
     Given("ms_server_password_file", "yaml", "[a]", "pw.txt", "mindspore"),
     Given("ms_server_num", "env", "-1", "0", "mindspore"),
+    # torchrun's options for pytorch without the platform: no --init_method appended
+    Given("standalone", "env", "maybe", "1", "torchrun"),
+    Given("nnodes", "cli", "0", "1", "torchrun"),
+    Given("node_rank", "env", "-1", "0", "torchrun"),
+    Given("master_addr", "yaml", "[a]", "127.0.0.1", "torchrun"),
+    Given("master_port", "cli", "70000", "29511", "torchrun"),
 ]
 
 
@@ -109,7 +115,7 @@ def _marun(command: str, job: Path, given: Given, value: str) -> subprocess.Comp
     """`marun plan` or `marun run` in `given.mode`, `given.setting` set to `value`."""
     value = value.format(job=job)
     env = _env(job, given.mode)
-    options: list[str] = ["--mode", given.mode]
+    options: list[str] = ["--mode", "pytorch" if given.mode == "torchrun" else given.mode]
     if given.how == "cli":
         options += [f"--{given.setting.replace('_', '-')}", value]
     elif given.how == "env":

@@ -559,6 +559,9 @@ def test_nnodes_node_rank_master_addr_as_torchrun(script: Path) -> None:
     # torchrun's default port, 29500, when none is given
     default = plan(script, [], {"MA_NUM_GPUS": "2"}, options)
     assert default["nodes"][0]["processes"][0]["env"]["MASTER_PORT"] == "29500"
+    # --node-rank 0 alone is given too (0 is no "not given"): node 0 of 1 on 127.0.0.1
+    first = plan(script, [], options=("--mode", "pytorch", "--node-rank", "0"))
+    assert first["nodes"][0]["processes"][0]["env"]["MASTER_ADDR"] == "127.0.0.1"
 
 
 def test_torchruns_error_handling_variables(script: Path) -> None:

@@ -50,11 +50,9 @@ TORCHRUN_OPTIONS = ("standalone", "nnodes", "node_rank", "master_addr", "master_
 
 def torchrun_options(platform: Platform) -> list[str]:
     """The torchrun-style options given (`--standalone`, `--nnodes`, ...), as options."""
-    return [
-        "--" + name.replace("_", "-")
-        for name in TORCHRUN_OPTIONS
-        if getattr(platform.settings, name) not in (None, False)
-    ]
+    # `is`, not `in (None, False)`: --node-rank 0 is given (0 == False)
+    given = [(name, getattr(platform.settings, name)) for name in TORCHRUN_OPTIONS]
+    return ["--" + name.replace("_", "-") for name, v in given if v is not None and v is not False]
 
 
 def _other_device_start(mode: str, platform: Platform, all_nodes: bool) -> LaunchPlan | None:
