@@ -213,8 +213,15 @@ def simulate(
     grace_period: GraceOpt = None,
     max_restarts: MaxRestartsOpt = None,
     show_plan: Annotated[
-        bool, typer.Option("--show-plan/--no-show-plan", help="print the job's plan first")
+        bool,
+        typer.Option(
+            "--show-plan/--no-show-plan",
+            help="print first what the platform injects and what marun makes of it",
+        ),
     ] = True,
+    full_plan: Annotated[
+        bool, typer.Option("--full-plan", help="print the job's whole plan first instead")
+    ] = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Run a whole job on this machine: per node exactly what the platform injects, one
@@ -232,6 +239,7 @@ def simulate(
         settings=_setting_options(locals()),
         show_plan=show_plan,
         verbose=verbose,
+        full_plan=full_plan,
     )
     raise typer.Exit(simulate(request))
 
