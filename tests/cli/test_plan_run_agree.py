@@ -49,6 +49,7 @@ CASES = [
     Given("ssh_dir", "env", "{job}/a b", "{job}/ssh", "mpi"),
     Given("mpirun_extra_args", "env", "-np 3", "--mca btl tcp,self", "mpi"),
     Given("mpi_forward_env", "env", "1x,PATH", "PATH,MA_*", "mpi"),
+    Given("mpi_rank_files", "env", "maybe", "1", "mpi"),
     Given("formation_timeout", "env", "nan", "30", "mpi"),
     Given("peer_timeout", "yaml", "-1", "30", "mpi"),
     Given("log_dir", "yaml", "[a]", "logs"),

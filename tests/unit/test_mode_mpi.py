@@ -717,3 +717,20 @@ def test_empty_variables_are_not_forwarded(job: Path) -> None:
         shipped = [argv[i + 1] for i, w in enumerate(argv) if w == "-x"]
         assert "MY_FLAG" in shipped
         assert "EMPTY_ONE" not in shipped
+
+
+def test_mpi_rank_files_give_each_rank_its_own_output_file(job: Path) -> None:
+    """Part 19, item 12: as the platform's MPI documents keep each rank's output in its own
+    file, `mpi_rank_files` adds `--output-filename <log_dir>/ranks` (off by default: the tagged
+    mpirun.log holds every rank's lines either way)."""
+    env = platform_env(job, 2, 1)
+
+    def mpirun(extra: Mapping[str, str]) -> list[str]:
+        data = plan_json(job, {**env, **extra})
+        return list(procs_of(data["nodes"][0])["mpi-leader"]["argv"])
+
+    assert "--output-filename" not in mpirun({})
+    argv = mpirun({"MARUN_MPI_RANK_FILES": "1"})
+    at = argv.index("--output-filename")
+    assert argv[at + 1] == str(job / "marun_logs" / "ranks")
+    assert argv.index("--tag-output") < at < len(argv) - 1

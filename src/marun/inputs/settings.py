@@ -77,6 +77,9 @@ class Settings:
     mpirun_extra_args: tuple[str, ...] = ()
     # `*`: every variable of node 0's container but per-node, session and MPI's own (mpi/planner)
     mpi_forward_env: tuple[str, ...] = ("*",)
+    # each rank's output also in a file of its own (mpirun --output-filename <log_dir>/ranks), as
+    # the platform's MPI documents keep it; marun's mpirun.log (tagged) is written either way
+    mpi_rank_files: bool = False
     formation_timeout: float = 600.0  # seconds node 0 waits for every peer's sshd to let it in
     peer_timeout: float = 60.0  # seconds without a heartbeat before a node (node 0 too) is lost
     # the job's coordination (every multi-node mode): see docs/supervision.md
