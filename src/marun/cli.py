@@ -36,6 +36,7 @@ from marun.cli_options import (
     StandaloneOpt,
     SuperviseOpt,
     TfChiefOpt,
+    TfWorkersOnlyOpt,
     VerboseOpt,
 )
 from marun.errors import MarunError
@@ -103,6 +104,7 @@ def plan(
     nic: NicOpt = None,
     log_dir: LogDirOpt = None,
     tf_chief: TfChiefOpt = None,
+    tf_workers_only: TfWorkersOnlyOpt = None,
     standalone: StandaloneOpt = None,
     nnodes: NnodesOpt = None,
     node_rank: NodeRankOpt = None,
@@ -153,6 +155,7 @@ def run(
     nic: NicOpt = None,
     log_dir: LogDirOpt = None,
     tf_chief: TfChiefOpt = None,
+    tf_workers_only: TfWorkersOnlyOpt = None,
     standalone: StandaloneOpt = None,
     nnodes: NnodesOpt = None,
     node_rank: NodeRankOpt = None,
@@ -209,6 +212,7 @@ def simulate(
     config: ConfigOpt = None,
     log_dir: LogDirOpt = None,
     tf_chief: TfChiefOpt = None,
+    tf_workers_only: TfWorkersOnlyOpt = None,
     console_ranks: ConsoleRanksOpt = None,
     grace_period: GraceOpt = None,
     max_restarts: MaxRestartsOpt = None,

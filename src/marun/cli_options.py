@@ -67,6 +67,14 @@ LogDirOpt = Annotated[
 TfChiefOpt = Annotated[
     Optional[bool], typer.Option("--tf-chief", help="tensorflow: worker 0 becomes the chief")
 ]
+TfWorkersOnlyOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--tf-workers-only",
+        help="tensorflow: TF_CONFIG lists the workers only (MultiWorkerMirroredStrategy); a ps"
+        " container runs no task and ends with the job",
+    ),
+]
 # pytorch without the platform, named as torchrun names them (docs/engines/pytorch.md).
 StandaloneOpt = Annotated[
     Optional[bool],

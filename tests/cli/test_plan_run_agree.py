@@ -40,6 +40,7 @@ CASES = [
     Given("per_node", "env", "maybe", "1", "ascend"),
     Given("keep_platform_args", "env", "maybe", "1"),
     Given("tf_chief", "env", "maybe", "1"),
+    Given("tf_workers_only", "env", "maybe", "1", "tensorflow"),
     Given("ms_sched_port", "env", "0", "8200", "mindspore"),
     Given("ms_topo_timeout", "env", "0", "60", "mindspore"),
     Given("ranktable_timeout", "env", "soon", "5", "ascend"),

@@ -282,3 +282,21 @@ def test_a_missing_import_prints_its_traceback_once_beyond_the_ranks_own_output(
     ]
     assert any("failed_node=1" in line for line in stops), stops
     assert all("why=None" not in line for line in stops), stops
+
+
+def test_tensorflow_workers_only_in_the_platforms_ps_shaped_job(tmp_path: Path) -> None:
+    """Part 19, item 6c: `--tf-workers-only` in a job the platform shapes with ps containers:
+    each worker gets a workers-only TF_CONFIG (MultiWorkerMirroredStrategy's), the script never
+    runs in a ps container (its process waits), and the job ends 0 with its workers."""
+    (tmp_path / "job.py").write_text(
+        "import json, os\nprint('ENV ' + json.dumps({'TF_CONFIG': os.environ['TF_CONFIG']}))\n"
+    )
+    res = run_marun(
+        ["simulate", "--mode", "tensorflow", "--tf-workers-only", "--no-show-plan", "--", "job.py"],
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    configs = [json.loads(e["TF_CONFIG"]) for _, e in envs(res.stdout)]
+    assert len(configs) == 2, res.stdout
+    assert all(list(c["cluster"]) == ["worker"] and c["task"]["type"] == "worker" for c in configs)

@@ -45,6 +45,9 @@ class Settings:
     per_node: bool = False  # ascend: the start file runs once per node, not once per device
     keep_platform_args: bool = False  # pass the platform's appended arguments to the script
     tf_chief: bool = False  # tensorflow: worker 0 becomes TF_CONFIG's "chief"
+    # tensorflow: TF_CONFIG lists the workers only (MultiWorkerMirroredStrategy); a ps container
+    # runs no task, waits and ends with the job
+    tf_workers_only: bool = False
     # pytorch without the platform, as torchrun's options: --standalone (this machine alone), or
     # --nnodes/--node-rank/--master-addr/--master-port in place of the appended --init_method
     standalone: bool = False

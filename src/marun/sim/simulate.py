@@ -352,6 +352,8 @@ def inner_options(request: SimulateRequest, platform: Platform) -> tuple[str, ..
     """The options every inner `marun run` gets from the simulate command line."""
     settings = platform.settings
     words: list[str] = ["--tf-chief"] if settings.tf_chief else []
+    if settings.tf_workers_only:
+        words.append("--tf-workers-only")
     if request.verbose:
         words.append("--verbose")
     if settings.console_ranks:
