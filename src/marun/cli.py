@@ -20,17 +20,23 @@ from marun.cli_options import (
     HangOpt,
     KeepOpt,
     LogDirOpt,
+    MasterAddrOpt,
+    MasterPortOpt,
     MaxRestartsOpt,
     Mode,
     ModeOpt,
     NicOpt,
+    NnodesOpt,
+    NodeRankOpt,
     NprocOpt,
     PeerOpt,
     PerNodeOpt,
     RecoveryRestartsOpt,
     RecoveryWaitOpt,
+    StandaloneOpt,
     SuperviseOpt,
     TfChiefOpt,
+    TfWorkersOnlyOpt,
     VerboseOpt,
 )
 from marun.errors import MarunError
@@ -43,17 +49,20 @@ def _examples(*lines: str) -> str:
 
 
 app = typer.Typer(
-    add_completion=False,
+    # `-h` as python, torchrun and msrun take it; inherited by every command's context
+    context_settings={"help_option_names": ["-h", "--help"]},
+    add_completion=True,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     # click's plain help: rich's boxes wrapped words mid-way at 80 columns, cut option names and
     # read `[hang]` in a help text as markup.
     rich_markup_mode=None,
     epilog=_examples(
-        "marun plan --mode pytorch --nproc-per-node 2 -- train.py",
+        "marun plan --standalone --nproc-per-node 2 -- train.py",
         "marun simulate --mode mindspore --nodes 2 --devices 2 -- train.py",
         "marun doctor --mode mpi",
-        "marun COMMAND --help     (each command's options and examples)",
+        "# each command's options and examples: marun COMMAND --help",
+        "marun plan --help",
     ),
     help="Launch distributed training from what a ModelArts-style platform injects.",
 )
@@ -71,7 +80,7 @@ def _setting_options(params: "dict[str, object]") -> "dict[str, object]":
 @app.command(
     context_settings=_CTX,
     epilog=_examples(
-        "marun plan --mode pytorch --nproc-per-node 2 -- train.py --lr 0.1",
+        "marun plan --standalone --nproc-per-node 2 -- train.py --lr 0.1",
         "MA_NUM_HOSTS=2 VC_TASK_INDEX=0 MA_NUM_GPUS=2 VC_WORKER_HOSTS=h0,h1 \\",
         "  marun plan --mode mindspore --all-nodes --format table -- train.py",
     ),
@@ -95,6 +104,12 @@ def plan(
     nic: NicOpt = None,
     log_dir: LogDirOpt = None,
     tf_chief: TfChiefOpt = None,
+    tf_workers_only: TfWorkersOnlyOpt = None,
+    standalone: StandaloneOpt = None,
+    nnodes: NnodesOpt = None,
+    node_rank: NodeRankOpt = None,
+    master_addr: MasterAddrOpt = None,
+    master_port: MasterPortOpt = None,
     console_ranks: ConsoleRanksOpt = None,
     grace_period: GraceOpt = None,
     max_restarts: MaxRestartsOpt = None,
@@ -125,9 +140,9 @@ def plan(
 @app.command(
     context_settings=_CTX,
     epilog=_examples(
-        "marun run --mode pytorch --nproc-per-node 2 -- train.py --lr 0.1",
-        "marun run -- train.py --init_method tcp://10.0.0.1:29500 --rank 0 \\",
-        "  --world_size 2",
+        "marun run --standalone --nproc-per-node 2 -- train.py --lr 0.1",
+        "# with what the platform appends on one node:",
+        "marun run -- train.py --init_method tcp://127.0.0.1:29500",
     ),
 )
 def run(
@@ -140,6 +155,12 @@ def run(
     nic: NicOpt = None,
     log_dir: LogDirOpt = None,
     tf_chief: TfChiefOpt = None,
+    tf_workers_only: TfWorkersOnlyOpt = None,
+    standalone: StandaloneOpt = None,
+    nnodes: NnodesOpt = None,
+    node_rank: NodeRankOpt = None,
+    master_addr: MasterAddrOpt = None,
+    master_port: MasterPortOpt = None,
     console_ranks: ConsoleRanksOpt = None,
     grace_period: GraceOpt = None,
     max_restarts: MaxRestartsOpt = None,
@@ -182,16 +203,29 @@ def simulate(
         SimMode.pytorch
     ),
     nodes: Annotated[int, typer.Option("--nodes", help="nodes (containers) in the job")] = 2,
-    devices: Annotated[int, typer.Option("--devices", help="devices per node")] = 2,
+    devices: Annotated[
+        int,
+        typer.Option(
+            "--devices", "--nproc-per-node", metavar="N", help="devices (processes) per node"
+        ),
+    ] = 2,
     config: ConfigOpt = None,
     log_dir: LogDirOpt = None,
     tf_chief: TfChiefOpt = None,
+    tf_workers_only: TfWorkersOnlyOpt = None,
     console_ranks: ConsoleRanksOpt = None,
     grace_period: GraceOpt = None,
     max_restarts: MaxRestartsOpt = None,
     show_plan: Annotated[
-        bool, typer.Option("--show-plan/--no-show-plan", help="print the job's plan first")
+        bool,
+        typer.Option(
+            "--show-plan/--no-show-plan",
+            help="print first what the platform injects and what marun makes of it",
+        ),
     ] = True,
+    full_plan: Annotated[
+        bool, typer.Option("--full-plan", help="print the job's whole plan first instead")
+    ] = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Run a whole job on this machine: per node exactly what the platform injects, one
@@ -209,6 +243,7 @@ def simulate(
         settings=_setting_options(locals()),
         show_plan=show_plan,
         verbose=verbose,
+        full_plan=full_plan,
     )
     raise typer.Exit(simulate(request))
 
@@ -319,7 +354,11 @@ def _root(
     version: Annotated[
         bool,
         typer.Option(
-            "--version", is_eager=True, callback=_print_version, help="print marun's version"
+            "--version",
+            "-V",
+            is_eager=True,
+            callback=_print_version,
+            help="print marun's version",
         ),
     ] = False,
 ) -> None:
@@ -358,12 +397,12 @@ def _unknown_option(words: "list[str]") -> Optional[str]:
         if param.param_type_name == "option":  # typer vendors click: matched by shape
             for opt in (*param.opts, *param.secondary_opts):
                 takes_value[opt] = not getattr(param, "is_flag", False)
-    takes_value["--help"] = False
+    takes_value["--help"] = takes_value["-h"] = False
     i = 1
     while i < len(words):
         word = words[i]
-        if word == "--" or not word.startswith("-") or word == "-":
-            return None
+        if word in ("--", "-", "-m") or not word.startswith("-"):
+            return None  # `-m MODULE`: the command starts there, as python's
         option, eq, _ = word.partition("=")
         if option not in takes_value:
             known = sorted(takes_value)

@@ -26,14 +26,20 @@ class Format(str, Enum):
 
 
 CommandArg = Annotated[
-    Optional[list[str]], typer.Argument(help="SCRIPT [ARGS...]: a .py file or a command")
+    Optional[list[str]],
+    typer.Argument(
+        metavar="[-m MODULE | SCRIPT] [ARGS]...",
+        help="a .py file, a command, or -m MODULE (run as python -m)",
+    ),
 ]
 ModeOpt = Annotated[
     Mode, typer.Option("--mode", help="launch mode; auto reads the platform's hints")
 ]
 ConfigOpt = Annotated[
     Optional[str],
-    typer.Option("--config", help="YAML settings file (else $MARUN_CONFIG, ./marun.yaml)"),
+    typer.Option(
+        "--config", metavar="FILE", help="YAML settings file (else $MARUN_CONFIG, ./marun.yaml)"
+    ),
 ]
 NprocOpt = Annotated[
     Optional[str],
@@ -52,11 +58,59 @@ KeepOpt = Annotated[
     ),
 ]
 NicOpt = Annotated[
-    Optional[str], typer.Option("--nic", help="network interface to use (default: detected)")
+    Optional[str],
+    typer.Option("--nic", metavar="NIC", help="network interface to use (default: detected)"),
 ]
-LogDirOpt = Annotated[Optional[str], typer.Option("--log-dir", help="per-process log directory")]
+LogDirOpt = Annotated[
+    Optional[str], typer.Option("--log-dir", metavar="DIR", help="per-process log directory")
+]
 TfChiefOpt = Annotated[
     Optional[bool], typer.Option("--tf-chief", help="tensorflow: worker 0 becomes the chief")
+]
+TfWorkersOnlyOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--tf-workers-only",
+        help="tensorflow: TF_CONFIG lists the workers only (MultiWorkerMirroredStrategy); a ps"
+        " container runs no task and ends with the job",
+    ),
+]
+# pytorch without the platform, named as torchrun names them (docs/engines/pytorch.md).
+StandaloneOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--standalone",
+        help="pytorch: a job on this machine alone, no platform (127.0.0.1, a free port), as"
+        " torchrun --standalone",
+    ),
+]
+NnodesOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--nnodes", metavar="N", help="pytorch without the platform: nodes in the job (torchrun's)"
+    ),
+]
+NodeRankOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--node-rank", metavar="I", help="pytorch without the platform: this node's rank, 0-based"
+    ),
+]
+MasterAddrOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--master-addr",
+        metavar="HOST",
+        help="pytorch without the platform: node 0's address (default 127.0.0.1)",
+    ),
+]
+MasterPortOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--master-port",
+        metavar="PORT",
+        help="pytorch without the platform: the rendezvous port on node 0 (default 29500)",
+    ),
 ]
 # Supervision options: part of the plan (its `supervision`), so `plan` shows and checks them exactly
 # as `run` does, and a `run` command line turns into its dry-run by changing one word.
@@ -64,6 +118,7 @@ ConsoleRanksOpt = Annotated[
     Optional[str],
     typer.Option(
         "--console-ranks",
+        metavar="RANKS",
         help="whose output reaches marun's stdout: all (default), none, or e.g. 0,3-5,scheduler;"
         " log files always get everything",
     ),

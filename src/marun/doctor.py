@@ -7,6 +7,7 @@ mindspore takes seconds) and nothing is started.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -190,7 +191,16 @@ def check_network(platform: Platform) -> list[Check]:
     return checks
 
 
-def check_hostname(platform: Platform) -> Check:
+# What a host name other than the platform's breaks, per mode (none: any mode may be chosen).
+_HOSTNAME_BREAKS = {
+    "ascend": "MindSpore's device numbering",
+    "mindspore": "MindSpore's device numbering",
+    "mpi": "Open MPI's shared memory",
+    None: "MindSpore's device numbering and Open MPI's shared memory",
+}
+
+
+def check_hostname(platform: Platform, mode: str | None = None) -> Check:
     name = platform.hostname
     if name in ("", "localhost"):
         return Check("host name", FAIL, f"{name!r}: every node needs its own host name")
@@ -201,15 +211,43 @@ def check_hostname(platform: Platform) -> Check:
 
             expected = node_hosts(platform)[platform.node_index()].split(".")[0]
             if expected != name.split(".")[0]:
+                breaks = _HOSTNAME_BREAKS.get(mode)
+                if breaks is None:  # pytorch, tensorflow: nothing of theirs reads it
+                    return Check(
+                        "host name",
+                        OK,
+                        f"{name!r} (the platform names this node {expected!r}; {mode} mode does "
+                        "not depend on it)",
+                    )
                 return Check(
                     "host name",
                     WARN,
                     f"{name!r}, but the platform names this node {expected!r}: nodes that share a "
-                    "host name break MindSpore's device numbering and Open MPI's shared memory",
+                    f"host name break {breaks}",
                 )
     except InputError as exc:
         return Check("host name", WARN, f"{name!r}; node variables unusable: {exc}")
     return Check("host name", OK, name)
+
+
+def check_variables(platform: Platform) -> list[Check]:
+    """The platform variables marun reads, as set here (secrets masked), and a warning for each
+    set variable that looks like a typo of one of them (`MA_NUM_GPU`, no S)."""
+    from marun.inputs.variables import PLATFORM_VARS, platform_near_misses
+    from marun.redact import mask_env
+
+    given = mask_env({name: platform.env[name] for name in PLATFORM_VARS if name in platform.env})
+    detail = ", ".join(f"{name}={value}" for name, value in given.items())
+    checks = [Check("platform variables", OK if given else SKIP, detail or "none set")]
+    for name, meant in platform_near_misses(platform.env):
+        checks.append(
+            Check(
+                f"variable {name}",
+                WARN,
+                f"set, but {meant}, which marun reads, is not: a typo of {meant}?",
+            )
+        )
+    return checks
 
 
 def check_rank_table(platform: Platform) -> Check:
@@ -239,7 +277,10 @@ def _ports(platform: Platform, mode: str | None) -> list[tuple[str, int]]:
     s = platform.settings
     ports: list[tuple[str, int]] = []
     if mode == "mpi":
-        ports.append(("sshd_port", s.sshd_port))
+        from marun.mpi.setup import sshd_port
+
+        with contextlib.suppress(InputError):  # the plan's check (doctor -- SCRIPT) names it
+            ports.append(("sshd_port", sshd_port(platform)))
     try:  # MA_NUM_HOSTS, else Volcano's VC_<TASK>_NUM; a bad one is the node check's to say
         several = platform.num_hosts() > 1
     except InputError:
@@ -321,7 +362,8 @@ def run_checks(platform: Platform, mode: str | None, command: Sequence[str] = ()
     checks += check_mpi_tools(platform, required=mode == "mpi")
     checks += check_ssh_keys(platform, required=mode == "mpi")
     checks += check_network(platform)
-    checks.append(check_hostname(platform))
+    checks.append(check_hostname(platform, mode))
+    checks += check_variables(platform)
     checks.append(check_rank_table(platform))
     if command:
         checks += check_plan(platform, mode)
@@ -340,7 +382,11 @@ def render_checks(checks: Sequence[Check], fmt: str) -> str:
     width = max(len(c.name) for c in checks)
     lines = [f"{c.status.upper():<4}  {c.name:<{width}}  {c.detail}" for c in checks]
     lines.append("")
-    lines.append("doctor: " + ("FAILED" if failed else "all checks passed"))
+    warned = sum(c.status == WARN for c in checks)
+    end = "FAILED" if failed else "all checks passed"
+    if warned and not failed:
+        end += f", {warned} warning{'s' if warned > 1 else ''} above"
+    lines.append("doctor: " + end)
     return "\n".join(lines) + "\n"
 
 

@@ -27,6 +27,12 @@ RUN_OPTIONS: dict[str, tuple[str, str]] = {
     "--nic": ("nic", "str"),
     "--log-dir": ("log_dir", "str"),
     "--tf-chief": ("tf_chief", "flag"),
+    "--tf-workers-only": ("tf_workers_only", "flag"),
+    "--standalone": ("standalone", "flag"),
+    "--nnodes": ("nnodes", "str"),
+    "--node-rank": ("node_rank", "str"),
+    "--master-addr": ("master_addr", "str"),
+    "--master-port": ("master_port", "str"),
     "--console-ranks": ("console_ranks", "str"),
     "--grace-period": ("grace_period", "str"),
     "--max-restarts": ("max_restarts", "str"),
@@ -48,6 +54,12 @@ SETTING_OPTIONS = (
     "nic",
     "log_dir",
     "tf_chief",
+    "tf_workers_only",
+    "standalone",
+    "nnodes",
+    "node_rank",
+    "master_addr",
+    "master_port",
     "console_ranks",
     "grace_period",
     "max_restarts",
@@ -92,8 +104,8 @@ def parse_run(argv: Sequence[str]) -> RunArgs | None:
         if word == "--":
             i += 1
             break
-        if not word.startswith("-") or word == "-":
-            break
+        if not word.startswith("-") or word in ("-", "-m"):
+            break  # `-m MODULE`: the command starts there, as python's
         name, eq, inline = word.partition("=")
         entry = RUN_OPTIONS.get(name)
         if entry is None:

@@ -34,7 +34,7 @@ def test_every_mode_arrives_together_and_fails_as_one_job(
     (tmp_path / "ranks.py").write_text(SCRIPT)
     res = run_marun(
         ["simulate", "--mode", mode, "--nodes", "2", "--devices", "2", "--grace-period", "5",
-         "--", "ranks.py", str(last)],
+         "--full-plan", "--", "ranks.py", str(last)],
         cwd=tmp_path,
         timeout=90,
     )  # fmt: skip
@@ -60,7 +60,7 @@ def test_simulate_shows_a_job_of_64_nodes(tmp_path: Path) -> None:
     (tmp_path / "ranks.py").write_text(SCRIPT)
     res = run_marun(
         ["simulate", "--mode", "pytorch", "--nodes", "64", "--devices", "1", "--grace-period",
-         "5", "--", "ranks.py", "40"],
+         "5", "--full-plan", "--", "ranks.py", "40"],
         cwd=tmp_path,
         timeout=120,
     )  # fmt: skip

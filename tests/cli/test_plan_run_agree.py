@@ -40,6 +40,7 @@ CASES = [
     Given("per_node", "env", "maybe", "1", "ascend"),
     Given("keep_platform_args", "env", "maybe", "1"),
     Given("tf_chief", "env", "maybe", "1"),
+    Given("tf_workers_only", "env", "maybe", "1", "tensorflow"),
     Given("ms_sched_port", "env", "0", "8200", "mindspore"),
     Given("ms_topo_timeout", "env", "0", "60", "mindspore"),
     Given("ranktable_timeout", "env", "soon", "5", "ascend"),
@@ -49,6 +50,7 @@ CASES = [
     Given("ssh_dir", "env", "{job}/a b", "{job}/ssh", "mpi"),
     Given("mpirun_extra_args", "env", "-np 3", "--mca btl tcp,self", "mpi"),
     Given("mpi_forward_env", "env", "1x,PATH", "PATH,MA_*", "mpi"),
+    Given("mpi_rank_files", "env", "maybe", "1", "mpi"),
     Given("formation_timeout", "env", "nan", "30", "mpi"),
     Given("peer_timeout", "yaml", "-1", "30", "mpi"),
     Given("log_dir", "yaml", "[a]", "logs"),
@@ -78,6 +80,12 @@ CASES = [
     Given("ms_client_password_file", "yaml", "[a]", "pw.txt", "mindspore"),
     Given("ms_server_password_file", "yaml", "[a]", "pw.txt", "mindspore"),
     Given("ms_server_num", "env", "-1", "0", "mindspore"),
+    # torchrun's options for pytorch without the platform: no --init_method appended
+    Given("standalone", "env", "maybe", "1", "torchrun"),
+    Given("nnodes", "cli", "0", "1", "torchrun"),
+    Given("node_rank", "env", "-1", "0", "torchrun"),
+    Given("master_addr", "yaml", "[a]", "127.0.0.1", "torchrun"),
+    Given("master_port", "cli", "70000", "29511", "torchrun"),
 ]
 
 
@@ -109,7 +117,7 @@ def _marun(command: str, job: Path, given: Given, value: str) -> subprocess.Comp
     """`marun plan` or `marun run` in `given.mode`, `given.setting` set to `value`."""
     value = value.format(job=job)
     env = _env(job, given.mode)
-    options: list[str] = ["--mode", given.mode]
+    options: list[str] = ["--mode", "pytorch" if given.mode == "torchrun" else given.mode]
     if given.how == "cli":
         options += [f"--{given.setting.replace('_', '-')}", value]
     elif given.how == "env":

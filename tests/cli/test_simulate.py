@@ -52,7 +52,34 @@ def test_pytorch_two_nodes_two_devices(job: Path) -> None:
     seen = envs(res.stdout)
     assert [label for label, _ in seen] == ["0:0", "0:1", "1:2", "1:3"]
     assert {e["WORLD_SIZE"] for _, e in seen} == {"4"}
-    assert "mode: pytorch   nodes: 2   processes: 4" in res.stdout  # the plan table comes first
+    # first what the platform injects and what marun makes of it (part 19, item 10)
+    assert res.stdout.startswith("marun simulate: a 2-node pytorch job on this machine")
+
+
+def test_the_demo_shows_the_point_in_30_lines(tmp_path: Path) -> None:
+    """scripts/demo.sh's job: what the platform injected (each container's variables and
+    appended arguments), what marun made of it (the variables every rank gets, once; per rank
+    the ones that differ), then the ranks' output, in 30 lines; no 'forged failure' warning on
+    loopback. `--full-plan` still prints the whole plan."""
+    import shutil
+
+    from conftest import REPO
+
+    shutil.copy(REPO / "examples" / "hello.py", tmp_path / "hello.py")
+    args = ["simulate", "--mode", "pytorch", "--nodes", "2", "--devices", "2", "--", "hello.py"]
+    res = run_marun(args, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    text = res.stdout + res.stderr
+    assert len(text.splitlines()) <= 30, text
+    assert "forged failure" not in text and "WARNING" not in text
+    injected = text.split("the platform injects:")[1].split("marun makes of it:")[0]
+    assert "VC_TASK_INDEX=1" in injected and "--rank 1 --world_size 2" in injected
+    made = text.split("marun makes of it:")[1].split("\n\n")[0]
+    assert "every process: " in made and len(re.findall(r"\bWORLD_SIZE=4", made)) == 1
+    assert "node 1 rank3: GROUP_RANK=1 LOCAL_RANK=1 NODE_RANK=1 RANK=3" in made
+    assert sum(line.startswith("[") and "hello from" in line for line in text.splitlines()) == 4
+    full = run_marun([*args[:1], "--full-plan", *args[1:]], cwd=tmp_path)
+    assert "mode: pytorch   nodes: 2   processes: 4" in full.stdout
 
 
 def test_console_ranks_select_ranks_across_the_simulated_nodes(job: Path) -> None:
@@ -176,7 +203,7 @@ def test_bad_input(job: Path, args: list[str], message: str) -> None:
 def test_the_shown_plan_is_what_each_node_runs(job: Path, mode: str) -> None:
     """Each node's processes are shown with that node's own log directory, and supervised (the
     inner runs are started with --supervise), as each container plans them."""
-    res = run_marun(["simulate", "--mode", mode, "--", "job.py"], cwd=job)
+    res = run_marun(["simulate", "--mode", mode, "--full-plan", "--", "job.py"], cwd=job)
     assert res.returncode == 0, res.stderr
     table = res.stdout.split("\n\n")
     node_blocks = [b for b in table if re.match(r"node \d+ ", b)]
@@ -255,3 +282,21 @@ def test_a_missing_import_prints_its_traceback_once_beyond_the_ranks_own_output(
     ]
     assert any("failed_node=1" in line for line in stops), stops
     assert all("why=None" not in line for line in stops), stops
+
+
+def test_tensorflow_workers_only_in_the_platforms_ps_shaped_job(tmp_path: Path) -> None:
+    """Part 19, item 6c: `--tf-workers-only` in a job the platform shapes with ps containers:
+    each worker gets a workers-only TF_CONFIG (MultiWorkerMirroredStrategy's), the script never
+    runs in a ps container (its process waits), and the job ends 0 with its workers."""
+    (tmp_path / "job.py").write_text(
+        "import json, os\nprint('ENV ' + json.dumps({'TF_CONFIG': os.environ['TF_CONFIG']}))\n"
+    )
+    res = run_marun(
+        ["simulate", "--mode", "tensorflow", "--tf-workers-only", "--no-show-plan", "--", "job.py"],
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    configs = [json.loads(e["TF_CONFIG"]) for _, e in envs(res.stdout)]
+    assert len(configs) == 2, res.stdout
+    assert all(list(c["cluster"]) == ["worker"] and c["task"]["type"] == "worker" for c in configs)

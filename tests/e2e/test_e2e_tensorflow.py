@@ -62,3 +62,44 @@ def test_ps_job_trains_on_chief_and_servers_stop_cleanly(tmp_path: Path) -> None
             assert server.wait(PROMPT) == 0, server.report()
             assert "stopped by SIGTERM" in server.stdout + server.logs(), server.report()
         cluster.assert_nothing_left()
+
+
+MWMS = """\
+import os
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import tensorflow as tf
+
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+total = strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None)
+print(f"mwms replicas {strategy.num_replicas_in_sync} sum {float(total):g}", flush=True)
+"""
+
+
+def test_multi_worker_mirrored_in_the_platforms_ps_shaped_job(tmp_path: Path) -> None:
+    """Part 19, item 6c: MultiWorkerMirroredStrategy in the platform's ps-shaped job (a ps and a
+    worker container per node, 2 nodes) with --tf-workers-only: both workers all-reduce in one
+    world of 2, the ps containers run no task, and the job ends 0."""
+    import subprocess
+
+    from local_cluster import framework_python
+
+    from conftest import REPO, clean_env
+
+    python = framework_python("tensorflow")
+    (tmp_path / "mwms.py").write_text(MWMS)
+    res = subprocess.run(
+        [
+            *(str(python), "-m", "marun", "simulate", "--mode", "tensorflow", "--tf-workers-only"),
+            *("--nodes", "2", "--no-show-plan", "--", "mwms.py"),
+        ],
+        env=clean_env({"PYTHONPATH": str(REPO / "src")}),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=False,
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    lines = [line for line in res.stdout.splitlines() if "mwms replicas" in line]
+    assert sorted(line.split("] ", 1)[1] for line in lines) == ["mwms replicas 2 sum 2"] * 2
+    assert "There is no id for task_type" not in res.stdout + res.stderr

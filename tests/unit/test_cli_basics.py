@@ -100,3 +100,89 @@ def test_a_nodes_plan_says_which_node_of_how_many(script: Path) -> None:
     assert lines[0].startswith("mode: pytorch   node 1 of 2   processes: 1")
     assert lines[1].endswith("marun supervises")
     assert re.match(r"records: \S+/result\.node1\.json   events: \S+/marun-events\.log$", lines[2])
+
+
+# Part 19, item 9: what a torchrun or msrun user reaches for.
+@pytest.mark.parametrize("command", [[], ["plan"], ["run"], ["simulate"], ["doctor"]])
+def test_dash_h_is_help(command: list[str]) -> None:
+    res = run_marun([*command, "-h"])
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("Usage: marun")
+
+
+def test_dash_capital_v_is_the_version() -> None:
+    from marun import __version__
+
+    res = run_marun(["-V"])
+    assert (res.returncode, res.stdout) == (0, __version__ + "\n")
+
+
+def test_metavars_say_what_they_want_and_completion_is_offered() -> None:
+    page = run_marun(["run", "--help"], env={"COLUMNS": "200"}).stdout
+    for option, metavar in (
+        ("--config", "FILE"),
+        ("--log-dir", "DIR"),
+        ("--nic", "NIC"),
+        ("--console-ranks", "RANKS"),
+        ("--master-addr", "HOST"),
+    ):
+        assert re.search(rf"{option} {metavar}\b", page), option
+    assert "<str>" not in page and "TEXT" not in page
+    assert "-m MODULE" in page
+    assert "--install-completion" in run_marun(["--help"]).stdout
+    simulate = run_marun(["simulate", "--help"], env={"COLUMNS": "200"}).stdout
+    assert "--devices, --nproc-per-node N" in simulate
+
+
+@pytest.mark.parametrize("form", [["-m", "pkg.train"], ["--", "-m", "pkg.train"]])
+@pytest.mark.parametrize("command", ["plan", "run"])
+def test_dash_m_module_as_python_and_torchrun_take_it(
+    command: str, form: list[str], tmp_path: Path
+) -> None:
+    """`marun run --standalone -m pkg.train ARGS`: each rank is `python -m pkg.train ARGS`."""
+    import json
+    import sys
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "train.py").write_text("print('hi')\n")
+    res = run_marun(["plan", "--format", "json", "--standalone", *form, "--lr", "1"], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    argv = json.loads(res.stdout)["nodes"][0]["processes"][0]["argv"]
+    assert argv == [sys.executable, "-m", "pkg.train", "--lr", "1"]
+    if command == "run":
+        from conftest import WOULD_START
+
+        res = run_marun(["run", "--standalone", *form, "--lr", "1"], cwd=tmp_path)
+        assert res.returncode == WOULD_START, res.stderr
+    bad = run_marun([command, "--standalone", "-m"], cwd=tmp_path)
+    assert bad.returncode == 2 and "-m=''" in bad.stderr, bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("ranks", "note"),
+    [
+        ("5", "console_ranks 5: no process of this node (ranks 0-1) has it"),
+        ("0,7-9,scheduler", "console_ranks 7-9,scheduler: no process of this node"),
+        ("0-3", None),
+        ("all", None),
+    ],
+)
+def test_console_ranks_naming_no_process_here_gets_a_note(
+    ranks: str, note: str | None, script: Path
+) -> None:
+    import json
+
+    res = run_marun(
+        [
+            *("plan", "--format", "json", "--standalone", "--nproc-per-node", "2"),
+            *("--console-ranks", ranks, "--", script.name),
+        ],
+        cwd=script.parent,
+    )
+    assert res.returncode == 0, res.stderr
+    notes = [n for n in json.loads(res.stdout)["notes"] if n.startswith("console_ranks")]
+    assert notes == ([] if note is None else [notes[0]])
+    if note is not None:
+        assert notes[0].startswith(note), notes
+        assert ("shows no process's output" in notes[0]) == (ranks == "5")

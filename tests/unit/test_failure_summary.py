@@ -60,3 +60,50 @@ def test_a_coordinated_node_names_a_rankless_first_failure_plainly() -> None:
     # On a shared console (marun simulate) another node prints the last lines.
     brief = job_failure_summary(job, 3, failure, tail_on=0)
     assert "boom" not in brief and "(its last lines: in node 0's summary)" in brief
+
+
+def test_the_rank_s_error_file_from_torch_s_record_is_in_the_summary(tmp_path: object) -> None:
+    """torch's @record writes the exception to TORCHELASTIC_ERROR_FILE (part 19, item 7): the
+    summary shows its type, message and traceback; a file not torch's JSON is left out."""
+    import json
+    from pathlib import Path
+
+    error_file = Path(str(tmp_path)) / "rank_1.error.json"
+    stack = "\n".join(
+        ["Traceback (most recent call last):", '  File "/w/t.py", line 9, in main']
+        + [f"    frame {i}" for i in range(60)]
+        + ["ValueError: bad batch"]
+    )
+    error_file.write_text(
+        json.dumps(
+            {
+                "message": {
+                    "message": "ValueError: bad batch",
+                    "extraInfo": {"py_callstack": stack, "timestamp": "1"},
+                }
+            }
+        )
+    )
+    first = _proc("rank1", 1, Ending(1))
+    first.spec = ProcessSpec(
+        "rank1",
+        ("python", "t.py"),
+        {"TORCHELASTIC_ERROR_FILE": str(error_file)},
+        "/w",
+        "/l",
+        rank=1,
+    )
+    job = JobRecord("pytorch", 0, "h", [first])
+    job.first_failure, job.exit_code = first, 1
+    text = failure_summary(job)
+    assert f"its exception (from {error_file}, written by torch's @record):" in text
+    assert "\n    ValueError: bad batch\n" in text
+    assert "    | ... (23 lines above)" in text and "    | ValueError: bad batch" in text
+    assert "frame 59" in text and "frame 0\n" not in text
+    # this node's process in a multi-node job's summary too
+    failure = {"node": 0, "host": "h", "name": "rank1", "rank": 1, "exit_code": 1, "tail": []}
+    assert "written by torch's @record" in job_failure_summary(job, 1, failure)
+    error_file.write_text("not json")
+    assert "@record" not in failure_summary(job)
+    error_file.unlink()
+    assert "@record" not in failure_summary(job)

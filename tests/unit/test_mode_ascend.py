@@ -463,3 +463,19 @@ def test_one_card_container_says_which_device_id_a_script_takes(script: Path) ->
     assert "takes ASCEND_DEVICE_ID" in note
     same = _plan(script, {**env, "ASCEND_DEVICE_ID": "5"}, "--mode", "ascend")
     assert not [n for n in same["notes"] if "physical id" in n]
+
+
+def test_a_placeholder_server_id_is_no_coordination_host(script: Path) -> None:
+    """Part 19, item 12: the documents' placeholder server_id `10.*.*.*`, with no host_nic_ip,
+    would become node 0's address every node dials: bad input naming it."""
+    table = json.loads((TABLES / "server_list_2x2.json").read_text())
+    for server in table["server_list"]:
+        del server["host_nic_ip"]
+    table["server_list"][1]["server_id"] = "10.*.*.*"  # node-a, ranks 0-1: node 0
+    path = script.parent / "placeholder.json"
+    path.write_text(json.dumps(table))
+    env = {"RANK_TABLE_FILE": str(path), "RANK_ID": "2", "MA_CURRENT_IP": "node-b"}
+    for command in ("plan", "run"):
+        res = run_marun([command, "--per-node", "--", script.name], env, script.parent)
+        assert res.returncode == 2, res.stderr
+        assert "node 0's address='10.*.*.*': expected a host name or an IP address" in res.stderr

@@ -170,6 +170,7 @@ def _expected_2x2(sched_host: str, this_node: int) -> list[dict[str, Any]]:
         "MS_WORKER_NUM": "4",
         "MS_TOPO_TIMEOUT": "600",
         "RANK_SIZE": "4",
+        "OMP_NUM_THREADS": "1",  # as msrun's processes see it
     }
 
     def nic(node: int) -> dict[str, str]:
@@ -239,6 +240,7 @@ def test_two_nodes_all_nodes_exact_env(script: Path, this_node: int) -> None:
         "MS_WORKER_NUM": "4",
         "MS_TOPO_TIMEOUT": "600",
         "RANK_SIZE": "4",
+        "OMP_NUM_THREADS": "1",
         "RANK_ID": "3",
         "DEVICE_ID": "1",
         **(IFNAMES_LO if this_node == 1 else {}),
@@ -664,3 +666,13 @@ def test_bad_input_is_one_line_exit_2(script: Path, env: dict[str, str], message
     assert "Traceback" not in res.stderr
     assert res.stdout == ""
     assert sorted(script.parent.rglob("*")) == before
+
+
+def test_omp_num_threads_is_one_as_under_msrun_unless_set(script: Path) -> None:
+    """msrun's processes see OMP_NUM_THREADS=1 (part 19, item 7); a value the user set is kept
+    (the process inherits it)."""
+    env = {"MA_NUM_GPUS": "2"}
+    data = _cli_plan(script.parent, env, "--nic", "lo")
+    assert {p["env"]["OMP_NUM_THREADS"] for p in data["nodes"][0]["processes"]} == {"1"}
+    data = _cli_plan(script.parent, {**env, "OMP_NUM_THREADS": "4"}, "--nic", "lo")
+    assert all("OMP_NUM_THREADS" not in p["env"] for p in data["nodes"][0]["processes"])

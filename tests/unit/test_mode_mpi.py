@@ -471,6 +471,12 @@ BAD = [
         "one of them, or the same value in both (set sshd_port, MARUN_SSHD_PORT, alone)",
         id="my-sshd-port-disagrees",
     ),
+    # The default port set on purpose does not lose to MY_SSHD_PORT in silence (part 19, item 9).
+    pytest.param(
+        {"MY_SSHD_PORT": "2222", "MARUN_SSHD_PORT": "36666"},
+        "MY_SSHD_PORT='2222' (the platform's run_mpi.sh variable) but sshd_port=36666",
+        id="my-sshd-port-disagrees-with-the-default-set",
+    ),
     pytest.param({"MY_MPI_SLOTS": "0"}, "MY_MPI_SLOTS='0'", id="my-slots-0"),
     pytest.param(
         {"MY_MPI_SLOTS": "3", "MARUN_NPROC_PER_NODE": "2"},
@@ -494,6 +500,12 @@ BAD = [
     ),
     pytest.param(
         {"MARUN_NIC": "lo,,lo"}, "nic='lo,,lo': expected interface names, each once", id="nic-list"
+    ),
+    # The same host twice: refused by `plan` as by `run` (part 19, item 12).
+    pytest.param(
+        {"VC_WORKER_HOSTS": "h0.job,h1.job,H0.job."},
+        "host of node 2='H0.job.': expected a host of its own (node 0 has it too",
+        id="same-host-twice",
     ),
 ]
 
@@ -705,3 +717,20 @@ def test_empty_variables_are_not_forwarded(job: Path) -> None:
         shipped = [argv[i + 1] for i, w in enumerate(argv) if w == "-x"]
         assert "MY_FLAG" in shipped
         assert "EMPTY_ONE" not in shipped
+
+
+def test_mpi_rank_files_give_each_rank_its_own_output_file(job: Path) -> None:
+    """Part 19, item 12: as the platform's MPI documents keep each rank's output in its own
+    file, `mpi_rank_files` adds `--output-filename <log_dir>/ranks` (off by default: the tagged
+    mpirun.log holds every rank's lines either way)."""
+    env = platform_env(job, 2, 1)
+
+    def mpirun(extra: Mapping[str, str]) -> list[str]:
+        data = plan_json(job, {**env, **extra})
+        return list(procs_of(data["nodes"][0])["mpi-leader"]["argv"])
+
+    assert "--output-filename" not in mpirun({})
+    argv = mpirun({"MARUN_MPI_RANK_FILES": "1"})
+    at = argv.index("--output-filename")
+    assert argv[at + 1] == str(job / "marun_logs" / "ranks")
+    assert argv.index("--tag-output") < at < len(argv) - 1

@@ -57,6 +57,9 @@ def rank_env(node: int, local: int, nproc: int, nodes: int, run_id: str) -> dict
         "TORCHELASTIC_RESTART_COUNT": "0",
         "TORCHELASTIC_MAX_RESTARTS": "0",
         "TORCHELASTIC_RUN_ID": run_id,
+        "TORCHELASTIC_USE_AGENT_STORE": "False",
+        "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
         "RANK": str(rank),
         "LOCAL_RANK": str(local),
         "GROUP_RANK": str(node),
@@ -79,6 +82,9 @@ def test_two_nodes_two_procs_every_rank(script: Path) -> None:
             rank = node["index"] * 2 + local
             expected = rank_env(node["index"], local, 2, 2, "job-a")
             expected["OMP_NUM_THREADS"] = "1"
+            expected["TORCHELASTIC_ERROR_FILE"] = (
+                f"{script.parent}/marun_logs/rank_{rank}.error.json"
+            )
             if node["index"] == 1:
                 # 127.0.0.1 is the rendezvous address: its interface is lo.
                 expected.update(GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="lo")
@@ -108,6 +114,7 @@ def test_one_node_init_method_only(script: Path) -> None:
     (proc,) = node["processes"]
     expected = rank_env(0, 0, 1, 1, "none")
     expected.update(GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="lo")
+    expected["TORCHELASTIC_ERROR_FILE"] = f"{script.parent}/marun_logs/rank_0.error.json"
     assert proc["env"] == expected  # one process: no OMP_NUM_THREADS, as torchrun
     assert node["index"] == 0
 
@@ -194,10 +201,42 @@ def test_init_method_forms(script: Path, value: str, addr: str, port: str) -> No
 
 
 def test_keep_platform_args(script: Path) -> None:
+    """Part 19, item 3: as the platform starts the file: once per node (MA_NUM_GPUS=2 is the
+    script's to spawn), the appended arguments unchanged, none of torchrun's variables."""
     appended = [f"--init_method={INIT}", "--rank", "1", "--world_size", "2"]
     data = plan(script, appended, NODE_ENV, ("--keep-platform-args",), ("--lr", "0.1"))
-    for proc in data["nodes"][0]["processes"]:
-        assert proc["argv"][1:] == [str(script), "--lr", "0.1", *appended]
+    (proc,) = data["nodes"][0]["processes"]
+    assert proc["argv"][1:] == [str(script), "--lr", "0.1", *appended]
+    assert (proc["name"], proc["rank"], proc["log"]) == (
+        "node1",
+        1,
+        f"{script.parent}/marun_logs/node_1.log",
+    )
+    assert not {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"} & set(proc["env"])
+    assert any("once per node" in note and "MA_NUM_GPUS=2" in note for note in data["notes"])
+    everyone = plan(script, appended, NODE_ENV, ("--keep-platform-args", "--all-nodes"))
+    assert [len(n["processes"]) for n in everyone["nodes"]] == [1, 1]
+
+
+@pytest.mark.parametrize(
+    ("options", "env"),
+    [
+        (["--nproc-per-node", "2"], {}),
+        ([], {"MARUN_NPROC_PER_NODE": "4"}),
+    ],
+)
+@pytest.mark.parametrize("command", ["plan", "run"])
+def test_keep_platform_args_with_more_than_one_process_per_node_is_bad_input(
+    command: str, options: list[str], env: dict[str, str], script: Path
+) -> None:
+    res = run_marun(
+        [command, "--keep-platform-args", *options, "--", script.name, *TWO_NODES],
+        {**NODE_ENV, **env},
+        script.parent,
+    )
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.count("\n") == 1
+    assert "expected 1 with --keep-platform-args" in res.stderr
 
 
 def test_platform_args_are_stripped_but_users_rank_stays(script: Path) -> None:
@@ -359,6 +398,43 @@ BAD = [
         ["MA_NUM_HOSTS", "from 1 to 100000"],
     ),
     ("hosts-float", ["--init_method", INIT], {"MA_NUM_HOSTS": "1e8"}, [], ["MA_NUM_HOSTS='1e8'"]),
+    # A bare --init_method (no value) says so, not "not appended" (part 19, item 5).
+    ("init-method-bare", ["--init_method"], {}, ["--mode", "pytorch"], ["appended with no value"]),
+    # torchrun's options without the platform (part 19, item 2): checked as the platform's.
+    ("no-init-method-hint", [], {}, ["--mode", "pytorch"], ["--standalone"]),
+    (
+        "standalone-and-appended",
+        ["--init_method", INIT],
+        {},
+        ["--standalone"],
+        ["one or the other"],
+    ),
+    ("standalone-nnodes", [], {}, ["--standalone", "--nnodes", "2"], ["--standalone", "--nnodes"]),
+    (
+        "nnodes-no-addr",
+        [],
+        {},
+        ["--nnodes", "2", "--node-rank", "1"],
+        ["--nnodes", "--master-addr"],
+    ),
+    (
+        "node-rank-too-big",
+        [],
+        {},
+        ["--nnodes", "2", "--node-rank", "2", "--master-addr", "10.0.0.1"],
+        ["--node-rank", "below --nnodes=2"],
+    ),
+    ("nnodes-zero", [], {}, ["--nnodes", "0"], ["--nnodes", "from 1"]),
+    ("master-addr-bad", [], {}, ["--master-addr", "a;b"], ["--master-addr", "'a;b'"]),
+    ("master-port-bad", [], {}, ["--standalone", "--master-port", "0"], ["--master-port"]),
+    (
+        "standalone-hosts",
+        [],
+        {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "0"},
+        ["--standalone"],
+        ["MA_NUM_HOSTS", "--nnodes=1"],
+    ),
+    ("standalone-mindspore", [], {}, ["--mode", "mindspore", "--standalone"], ["--mode pytorch"]),
 ]
 
 
@@ -451,3 +527,51 @@ def test_a_rendezvous_address_this_host_lacks_leaves_socket_ifname_unset_with_a_
         "192.0.2.77" in note
         for note in data["notes"]
     ), data["notes"]
+
+
+def test_standalone_is_a_local_job_without_the_platform(script: Path) -> None:
+    """`--standalone` (torchrun's): N processes on this machine, 127.0.0.1 and a free port, no
+    platform variable and no appended argument; auto mode takes it for pytorch."""
+    data = plan(script, [], options=("--standalone", "--nproc-per-node", "2"))
+    procs = data["nodes"][0]["processes"]
+    assert [p["env"]["RANK"] for p in procs] == ["0", "1"]
+    env = procs[0]["env"]
+    assert (env["MASTER_ADDR"], env["WORLD_SIZE"], env["GROUP_WORLD_SIZE"]) == (
+        "127.0.0.1",
+        "2",
+        "1",
+    )
+    assert 0 < int(env["MASTER_PORT"]) < 65536
+    assert "coordination" not in data
+    assert any("--standalone" in note for note in data["notes"])
+    fixed = plan(script, [], options=("--standalone", "--master-port", "29511"))
+    assert fixed["nodes"][0]["processes"][0]["env"]["MASTER_PORT"] == "29511"
+
+
+def test_nnodes_node_rank_master_addr_as_torchrun(script: Path) -> None:
+    """`--nnodes 2 --node-rank 1 --master-addr A --master-port P`: node 1 of 2, as the platform's
+    `--init_method tcp://A:P --rank 1 --world_size 2` would make it."""
+    options = ("--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1")
+    by_options = plan(script, [], {"MA_NUM_GPUS": "2"}, (*options, "--master-port", "29500"))
+    by_platform = plan(script, TWO_NODES, {"MA_NUM_GPUS": "2"})
+    assert by_options["nodes"] == by_platform["nodes"]
+    assert by_options["coordination"]["nodes"] == 2
+    # torchrun's default port, 29500, when none is given
+    default = plan(script, [], {"MA_NUM_GPUS": "2"}, options)
+    assert default["nodes"][0]["processes"][0]["env"]["MASTER_PORT"] == "29500"
+    # --node-rank 0 alone is given too (0 is no "not given"): node 0 of 1 on 127.0.0.1
+    first = plan(script, [], options=("--mode", "pytorch", "--node-rank", "0"))
+    assert first["nodes"][0]["processes"][0]["env"]["MASTER_ADDR"] == "127.0.0.1"
+
+
+def test_torchruns_error_handling_variables(script: Path) -> None:
+    """As torchrun (part 19, item 7): TORCH_NCCL_ASYNC_ERROR_HANDLING=1 unless the user set it,
+    and each rank's TORCHELASTIC_ERROR_FILE, where torch's @record writes its exception."""
+    procs = plan(script, [], options=("--standalone", "--nproc-per-node", "2"))["nodes"][0]
+    envs = [p["env"] for p in procs["processes"]]
+    assert [e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] for e in envs] == ["1", "1"]
+    assert [e["TORCHELASTIC_ERROR_FILE"] for e in envs] == [
+        f"{script.parent}/marun_logs/rank_{r}.error.json" for r in (0, 1)
+    ]
+    kept = plan(script, [], {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "0"}, ("--standalone",))
+    assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in kept["nodes"][0]["processes"][0]["env"]

@@ -446,3 +446,43 @@ def test_ps_and_workers_not_one_to_one_is_a_note(script: Path) -> None:
     one_to_one = appended("worker", 1, ps=PS_ARG, workers="[w-0.j:6000,w-1.j:6001]")
     assert not any("1:1" in note for note in plan(script, one_to_one)["notes"])
     assert not any("1:1" in n for n in plan(script, appended("worker", 0, ps=None))["notes"])
+
+
+def test_ps_without_tf_chief_says_what_tf2_needs(script: Path) -> None:
+    """Part 19, item 6a: a ps/worker job without --tf-chief blocks forever under TF2's
+    ParameterServerStrategy: the plan says so and names the flag; with the flag, or with workers
+    only, no such note."""
+    words = appended("worker", 1, ps=PS_ARG, workers="[w-0.j:6000,w-1.j:6001]")
+
+    def said(data: dict[str, Any]) -> bool:
+        return any("ParameterServerStrategy needs a chief" in n for n in data["notes"])
+
+    data = plan(script, words)
+    assert said(data) and any("--tf-chief" in n for n in data["notes"])
+    assert not said(plan(script, words, options=("--tf-chief",)))
+    assert not said(plan(script, appended("worker", 0, ps=None)))
+
+
+def test_tf_workers_only_for_multi_worker_mirrored_strategy(script: Path) -> None:
+    """Part 19, item 6c: in the platform's ps-shaped job, --tf-workers-only gives the workers a
+    workers-only TF_CONFIG and each ps container a process that waits (a daemon, ended with the
+    job) instead of the script; with --tf-chief it is bad input."""
+    lists = {"ps": PS_ARG, "workers": "[w-0.j:6000,w-1.j:6001]"}
+    worker = only_process(
+        plan(script, appended("worker", 1, **lists), options=("--tf-workers-only",))
+    )
+    config = json.loads(worker["env"]["TF_CONFIG"])
+    assert config == {
+        "cluster": {"worker": ["w-0.j:6000", "w-1.j:6001"]},
+        "task": {"type": "worker", "index": 1},
+    }
+    data = plan(script, appended("ps", 0, **lists), options=("--tf-workers-only",))
+    ps = only_process(data)
+    assert ps["daemon"] and ps["env"] == {} and str(script) not in ps["argv"]
+    assert any("--tf-workers-only" in n for n in data["notes"])
+    assert not any("ParameterServerStrategy needs a chief" in n for n in data["notes"])
+    res = run_marun(
+        ["plan", "--tf-workers-only", "--tf-chief", "--", script.name, *appended("ps", 0, **lists)],
+        cwd=script.parent,
+    )
+    assert res.returncode == 2 and "--tf-workers-only with --tf-chief" in res.stderr

@@ -303,6 +303,33 @@ BAD: list[tuple[str, str, list[str]]] = [
         _edit(_group_list, _set(f"{GL_INST}.0.devices.3.device_ip", "29.1.0")),
         ["group_list[1].instance_list[0].devices[3].device_ip='29.1.0'", "an IPv4 address"],
     ),
+    # Part 19, item 5: HCCL cannot run a device without its address; the counts a table states
+    # are required as its status is.
+    (
+        "device-ip-missing",
+        _edit(_server_list, _set(f"{SL_DEV}.1.device_ip", _DELETE)),
+        ["server_list[1].device[1].device_ip is missing: expected a string"],
+    ),
+    (
+        "device-ip-empty",
+        _edit(_server_list, _set(f"{SL_DEV}.0.device_ip", "")),
+        ["server_list[1].device[0].device_ip=''", "an IPv4 address (HCCL needs it)"],
+    ),
+    (
+        "device-ip-empty-group-list",
+        _edit(_group_list, _set(f"{GL_INST}.0.devices.2.device_ip", " ")),
+        ["group_list[1].instance_list[0].devices[2].device_ip=' '", "IPv4"],
+    ),
+    (
+        "server-count-missing",
+        _edit(_server_list, _set("server_count", _DELETE)),
+        ["server_count is missing: expected a non-negative integer"],
+    ),
+    (
+        "group-count-missing",
+        _edit(_group_list, _set("group_count", _DELETE)),
+        ["group_count is missing: expected a non-negative integer"],
+    ),
     (
         "server-num-disagrees",
         _edit(_group_list, _set("group_list.1.server_num", "3")),
@@ -478,7 +505,9 @@ def _table_of(counts: list[int]) -> str:
             )
             rank += 1
         servers.append({"server_id": f"192.0.2.{s + 1}", "device": devices})
-    return json.dumps({"status": "completed", "server_list": servers})
+    return json.dumps(
+        {"status": "completed", "server_count": str(len(servers)), "server_list": servers}
+    )
 
 
 @pytest.mark.parametrize("counts", [[1], [2], [4], [8], [8, 8], [8] * 5])
@@ -524,3 +553,57 @@ def test_group_list_server_num_counts_servers_not_instances() -> None:
     # The tutorial's table: 8 one-device instances on one server, server_num "1".
     table = parse_rank_table((TABLES / "ascend_tutorial_1x8.json").read_text(), "t.json")
     assert len(table.servers) == 1
+
+
+@pytest.mark.parametrize(
+    ("ids", "note"),
+    [
+        ([0, 1], False),
+        ([2, 3], False),
+        ([4, 5], False),
+        ([4, 5, 6, 7], False),
+        ([3, 4], True),
+        ([2, 3, 4, 5], True),
+        ([0, 7], True),
+        ([0, 1, 2, 3, 4, 5, 6, 7], False),
+    ],
+)
+def test_two_or_four_devices_across_the_groups_of_four_are_a_note(
+    ids: list[int], note: bool
+) -> None:
+    """Part 19, item 12: a server's devices 0-3 and 4-7 are two groups; the platform gives a job
+    of 2 or 4 devices on a server devices of one group."""
+    devices = [
+        {"device_id": str(d), "device_ip": f"29.0.0.{d}", "rank_id": str(r)}
+        for r, d in enumerate(ids)
+    ]
+    table = {
+        "status": "completed",
+        "server_count": "1",
+        "server_list": [{"server_id": "192.0.2.1", "device": devices}],
+    }
+    notes = layout_notes(parse_rank_table(json.dumps(table), "t.json"))
+    assert bool(notes) == note, notes
+    if note:
+        assert f"devices {','.join(map(str, ids))} span both groups of 4 (0-3 and 4-7)" in notes[0]
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"para_plane_nic_num": "4"}, "para_plane_nic_num='4' but server '10.*.*.*' lists 8"),
+        (
+            {"para_plane_nic_name": ["eth0", "eth1"]},
+            "para_plane_nic_num='8' but para_plane_nic_name names 2 NIC(s)",
+        ),
+    ],
+)
+def test_para_plane_nic_num_is_checked_against_the_devices(
+    change: dict[str, Any], says: str
+) -> None:
+    """Part 19, item 12: checked as device_num and instance_count are."""
+    data = json.loads((TABLES / "ascend_tutorial_1x8.json").read_text())
+    assert len(parse_rank_table(json.dumps(data), "t.json").servers[0].devices) == 8
+    with pytest.raises(InputError) as caught:
+        parse_rank_table(json.dumps({**data, **change}), "t.json")
+    assert says in str(caught.value)

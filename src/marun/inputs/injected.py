@@ -9,6 +9,7 @@ expected.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 from collections.abc import Mapping, Sequence
@@ -170,6 +171,9 @@ class Platform:
         return os.path.join(self.ssh_dir(), SSH_KEY)
 
 
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
 def resolve_command(command: Sequence[str], cwd: str, python: str) -> tuple[str, ...]:
     """The argv that starts the user's script: a `.py` file runs under marun's own interpreter,
     by absolute path (so it survives a per-device working directory); anything else is a command
@@ -177,6 +181,13 @@ def resolve_command(command: Sequence[str], cwd: str, python: str) -> tuple[str,
     if not command:
         raise InputError("no script given: expected `marun run [OPTIONS] -- SCRIPT [ARGS...]`")
     script = command[0]
+    if script == "-m":
+        # `-m MODULE`, as python and torchrun take it: marun's interpreter runs the module, from
+        # the working directory (python -m puts it first on sys.path).
+        module = command[1] if len(command) > 1 else ""
+        if not _MODULE.fullmatch(module):
+            raise bad_value("-m", module, "a module name after -m (pkg.module, as python -m)")
+        return (python, "-m", *command[1:])
     if script.endswith(".py"):
         path = Path(cwd, script)
         # os.path.isfile, not Path.is_file: a name too long for the system is "no such file",

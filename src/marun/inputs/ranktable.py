@@ -39,7 +39,7 @@ _POD_INDEX = re.compile(r"-([0-9]{1,12})$")
 @dataclass(frozen=True)
 class Device:
     device_id: int  # the physical device on its server
-    device_ip: str  # "" when the table gives none
+    device_ip: str  # an IPv4 address: every device has one
     rank: int
 
 
@@ -116,11 +116,12 @@ class _Reader:
         return value
 
     def device_ip(self, device: Mapping[str, Any], where: str) -> str:
-        """A device's address on the parameter plane: an IPv4 address, or "" when not given
-        (HCCL connects the devices by it: `300.1.1.1` would fail at the first collective)."""
-        value = self.text(device, "device_ip", where, False)
-        if value and not is_ipv4(value.strip()):
-            raise self.bad(f"{where}.device_ip", value, "an IPv4 address")
+        """A device's address on the parameter plane: an IPv4 address, required (HCCL connects
+        the devices by it: without one, or with `300.1.1.1`, it fails at the first
+        collective)."""
+        value = self.text(device, "device_ip", where)
+        if not is_ipv4(value.strip()):
+            raise self.bad(f"{where}.device_ip", value, "an IPv4 address (HCCL needs it)")
         return value.strip()
 
     def integer(self, data: Mapping[str, Any], key: str, where: str) -> int | None:
@@ -252,8 +253,9 @@ def _by_pod_index(r: _Reader, instances: Sequence[_Instance]) -> list[_Instance]
 
 def _group_list_devices(r: _Reader, data: Mapping[str, Any]) -> list[_DeviceEntry]:
     groups = r.items(data, "group_list", "")
-    count = r.integer(data, "group_count", "")
-    if count is not None and count != len(groups):
+    # Required as `status` is: a table that states its counts is checked against them.
+    count = r.required_integer(data, "group_count", "")
+    if count != len(groups):
         raise r.error(
             f"group_count={data['group_count']!r} but group_list has {len(groups)} group(s)"
         )
@@ -291,8 +293,8 @@ def _group_list_devices(r: _Reader, data: Mapping[str, Any]) -> list[_DeviceEntr
 
 def _server_list_devices(r: _Reader, data: Mapping[str, Any]) -> list[_DeviceEntry]:
     servers = r.items(data, "server_list", "")
-    count = r.integer(data, "server_count", "")
-    if count is not None and count != len(servers):
+    count = r.required_integer(data, "server_count", "")
+    if count != len(servers):
         raise r.error(
             f"server_count={data['server_count']!r} but server_list has {len(servers)} server(s)"
         )
@@ -425,7 +427,31 @@ def parse_rank_table(text: str, path: str) -> RankTable:
     fmt = GROUP_LIST if has_groups else SERVER_LIST
     device_entries = _group_list_devices(r, data) if has_groups else _server_list_devices(r, data)
     _check_ranks(r, device_entries)
-    return RankTable(path=path, format=fmt, servers=_servers(device_entries))
+    servers = _servers(device_entries)
+    _check_nic_count(r, data, servers)
+    return RankTable(path=path, format=fmt, servers=servers)
+
+
+def _check_nic_count(r: _Reader, data: Mapping[str, Any], servers: Sequence[Server]) -> None:
+    """`para_plane_nic_num` (the tutorial's tables): one parameter-plane NIC per device of a
+    server, as `device_num` and `instance_count` are checked against what the table lists; and
+    `para_plane_nic_name`, where given, names that many."""
+    count = r.integer(data, "para_plane_nic_num", "")
+    if count is None:
+        return
+    for server in servers:
+        if len(server.devices) != count:
+            raise r.error(
+                f"para_plane_nic_num={data['para_plane_nic_num']!r} but server "
+                f"{server.server_id!r} lists {len(server.devices)} device(s): expected one "
+                "parameter-plane NIC per device"
+            )
+    names = data.get("para_plane_nic_name")
+    if isinstance(names, list) and len(names) != count:
+        raise r.error(
+            f"para_plane_nic_num={data['para_plane_nic_num']!r} but para_plane_nic_name names "
+            f"{len(names)} NIC(s): expected as many"
+        )
 
 
 def read_table_text(path: str) -> str:

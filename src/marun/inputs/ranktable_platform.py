@@ -297,12 +297,33 @@ SERVER_DEVICE_COUNTS = (1, 2, 4, 8)
 MULTI_SERVER_DEVICES = 8
 
 
+# A server's 8 NPUs are two groups of 4 (devices 0-3 and 4-7), joined to each other more slowly
+# than within a group: the platform gives a job of 2 or 4 devices on a server devices of one group.
+DEVICE_GROUP = 4
+
+
+def _group_notes(table: RankTable) -> list[str]:
+    """A note for a lone server's 2 or 4 devices that span both groups (3,4 or 2-5)."""
+    server = table.servers[0]
+    ids = sorted(device.device_id for device in server.devices)
+    if len(ids) not in (2, 4) or ids[-1] >= 2 * DEVICE_GROUP:
+        return []
+    if len({device_id // DEVICE_GROUP for device_id in ids}) == 1:
+        return []
+    return [
+        f"rank table {table.path}: server {server.server_id}'s devices "
+        f"{','.join(map(str, ids))} span both groups of 4 (0-3 and 4-7); the platform gives a job "
+        f"of {len(ids)} devices on a server devices of one group, and HCCL may refuse or slow "
+        "down another layout"
+    ]
+
+
 def layout_notes(table: RankTable) -> list[str]:
     """Plan notes for a device layout the platform does not allocate (docs/platform-contract.md)."""
     counts = [len(server.devices) for server in table.servers]
     if len(counts) == 1:
         if counts[0] in SERVER_DEVICE_COUNTS:
-            return []
+            return _group_notes(table)
         return [
             f"rank table {table.path}: server {table.servers[0].server_id} has {counts[0]} "
             "devices; the platform allocates 1, 2, 4 or 8 devices on a server, and HCCL may "

@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from marun.errors import InputError, bad_value
-from marun.inputs.numbers import MAX_PROCS_PER_NODE, MAX_SECONDS, PORT_MAX, parse_int, parse_seconds
+from marun.inputs.numbers import (
+    MAX_NODES,
+    MAX_PROCS_PER_NODE,
+    MAX_SECONDS,
+    PORT_MAX,
+    parse_int,
+    parse_seconds,
+)
 from marun.inputs.textfile import parse_guarded, read_input_text
 
 # The ECDHE AES-GCM suites of MindSpore's documented example: MindSpore 2.10 refuses its DHE-RSA
@@ -23,6 +30,10 @@ MS_CIPHER_LIST = (
     "ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES128-GCM-SHA256:"
     "ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-AES256-GCM-SHA384"
 )
+
+
+# MPI's sshd port when neither sshd_port nor the platform's MY_SSHD_PORT names one.
+DEFAULT_SSHD_PORT = 36666
 
 
 @dataclass(frozen=True)
@@ -34,6 +45,16 @@ class Settings:
     per_node: bool = False  # ascend: the start file runs once per node, not once per device
     keep_platform_args: bool = False  # pass the platform's appended arguments to the script
     tf_chief: bool = False  # tensorflow: worker 0 becomes TF_CONFIG's "chief"
+    # tensorflow: TF_CONFIG lists the workers only (MultiWorkerMirroredStrategy); a ps container
+    # runs no task, waits and ends with the job
+    tf_workers_only: bool = False
+    # pytorch without the platform, as torchrun's options: --standalone (this machine alone), or
+    # --nnodes/--node-rank/--master-addr/--master-port in place of the appended --init_method
+    standalone: bool = False
+    nnodes: int | None = None
+    node_rank: int | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
     # MindSpore dynamic cluster
     ms_sched_port: int = 8118  # msrun's default master_port
     ms_topo_timeout: int = 600  # seconds all processes have to join (msrun's cluster_time_out)
@@ -54,11 +75,14 @@ class Settings:
     resolve_timeout: float = 300.0  # seconds to wait for a peer's name to resolve
     volcano_dir: str = "/etc/volcano"
     # MPI
-    sshd_port: int = 36666
+    sshd_port: int | None = None  # None: MY_SSHD_PORT (run_mpi.sh's), else DEFAULT_SSHD_PORT
     ssh_dir: str | None = None  # where the platform mounts id_rsa/authorized_keys; default ~/.ssh
     mpirun_extra_args: tuple[str, ...] = ()
     # `*`: every variable of node 0's container but per-node, session and MPI's own (mpi/planner)
     mpi_forward_env: tuple[str, ...] = ("*",)
+    # each rank's output also in a file of its own (mpirun --output-filename <log_dir>/ranks), as
+    # the platform's MPI documents keep it; marun's mpirun.log (tagged) is written either way
+    mpi_rank_files: bool = False
     formation_timeout: float = 600.0  # seconds node 0 waits for every peer's sshd to let it in
     peer_timeout: float = 60.0  # seconds without a heartbeat before a node (node 0 too) is lost
     # the job's coordination (every multi-node mode): see docs/supervision.md
@@ -84,6 +108,9 @@ FIELDS: Mapping[str, Any] = {f.name: f for f in fields(Settings)}
 # The range of each integer setting; every float setting is a finite number of seconds >= 0.
 INT_RANGES: Mapping[str, tuple[int, int]] = {
     "nproc_per_node": (1, MAX_PROCS_PER_NODE),
+    "nnodes": (1, MAX_NODES),
+    "node_rank": (0, MAX_NODES - 1),
+    "master_port": (1, PORT_MAX),
     "ms_sched_port": (1024, PORT_MAX),  # MindSpore's range for MS_SCHED_PORT
     "ms_topo_timeout": (1, int(MAX_SECONDS)),  # seconds, as every time-out: up to a year
     "sshd_port": (1, PORT_MAX),
@@ -181,6 +208,20 @@ def _read_file(path: Path) -> dict[str, Any]:
     return {k: _coerce(k, v, f"config file {path}: {k}") for k, v in data.items()}
 
 
+def _refuse_near_miss(env: Mapping[str, str]) -> None:
+    """A `MARUN_*` variable a letter or two from one of marun's, that one unset, is bad input,
+    as the same typo of a key in marun.yaml is (its value is not shown: it may be a password)."""
+    from marun.inputs.variables import MARUN_OTHER_VARS, marun_near_miss
+
+    known = (*("MARUN_" + name.upper() for name in FIELDS), *MARUN_OTHER_VARS)
+    miss = marun_near_miss(env, known)
+    if miss is not None:
+        raise InputError(
+            f"{miss[0]}: not a variable marun reads; expected {miss[1]} (unset, a letter or two "
+            "away), as a config key is checked"
+        )
+
+
 @dataclass(frozen=True)
 class LoadedSettings:
     settings: Settings
@@ -192,6 +233,7 @@ def load_settings(
     cli: Mapping[str, Any], env: Mapping[str, str], cwd: str, config_file: str | None = None
 ) -> LoadedSettings:
     """Merge the four layers. `cli` holds only the options the user actually gave."""
+    _refuse_near_miss(env)
     path = find_config_file(config_file, env, cwd)
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}

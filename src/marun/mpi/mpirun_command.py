@@ -182,6 +182,16 @@ def mpirun_ssh_options(extra: Sequence[str], ours: Sequence[str]) -> tuple[str, 
     return tuple(ours) if found is None else found
 
 
+def _rank_files(platform: Platform) -> list[tuple[str, tuple[str, ...]]]:
+    """`mpi_rank_files`: Open MPI writes each rank's output to `<log_dir>/ranks/1/rank.<r>/`
+    (`stdout`, `stderr`), as the platform's MPI documents keep each rank's output."""
+    if not platform.settings.mpi_rank_files:
+        return []
+    from marun.plan.modes.common import log_dir
+
+    return [("output-filename", ("--output-filename", f"{log_dir(platform)}/ranks"))]
+
+
 def mpirun_argv(
     platform: Platform,
     setup: MpiSetup,
@@ -194,8 +204,7 @@ def mpirun_argv(
     hosts = len(setup.hosts)
     # Open MPI's interfaces: by network (CIDR) on several hosts, which holds on every node
     # whatever it calls its interface; by name on one host.
-    # A configured list (eth0,bond0) goes as given: Open MPI takes a list of names, and each
-    # node uses those it has.
+    # A configured list (eth0,bond0) goes as given: Open MPI takes names, each node uses its own.
     peers_net = (nic.network() or nic.name) if hosts > 1 else nic.name
     if nic.listed:
         peers_net = nic.ifname
@@ -212,6 +221,7 @@ def mpirun_argv(
         ("mca:btl_tcp_if_include", ("--mca", "btl_tcp_if_include", peers_net)),
         ("mca:oob_tcp_if_include", ("--mca", "oob_tcp_if_include", peers_net)),
         ("tag-output", ("--tag-output",)),
+        *_rank_files(platform),
         ("mca:orte_abort_on_non_zero_status", ("--mca", "orte_abort_on_non_zero_status", "1")),
         ("mca:plm_rsh_no_tree_spawn", ("--mca", "plm_rsh_no_tree_spawn", "1")),
     ]

@@ -22,12 +22,11 @@ from marun.inputs.numbers import (
     parse_int,
     parse_port,
 )
-from marun.inputs.settings import Settings
+from marun.inputs.settings import DEFAULT_SSHD_PORT
 from marun.mpi import run_dir as run_files
 
 # run_mpi.sh's variables and the marun setting each stands for (docs/mpi.md).
 MY_SSHD_PORT, MY_MPI_SLOTS, MY_MPI_BTL_TCP_IF = "MY_SSHD_PORT", "MY_MPI_SLOTS", "MY_MPI_BTL_TCP_IF"
-_DEFAULT_SSHD_PORT = Settings().sshd_port
 _JOB = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _HOST = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*")
 _PLAIN_WORD = re.compile(r"[\w@%+=:,./-]+", re.ASCII)  # what shlex.join leaves unquoted
@@ -102,6 +101,19 @@ def check_hosts(platform: Platform, hosts: Sequence[str]) -> tuple[str, ...]:
                 f"a host name or address (from {task_var}, the volcano .host file or the "
                 "MA_VJ_NAME pattern)",
             )
+    # The same host twice: mpirun would put two nodes' ranks on one machine and the other's
+    # sshd would wait for ever. Refused here, so `marun plan` refuses it as `marun run` does.
+    seen: dict[str, int] = {}
+    for i, host in enumerate(hosts):
+        key = host.rstrip(".").lower()
+        if key in seen:
+            raise bad_value(
+                f"host of node {i}",
+                host,
+                f"a host of its own (node {seen[key]} has it too; from {task_var}, the volcano "
+                ".host file or the MA_VJ_NAME pattern)",
+            )
+        seen[key] = i
     return tuple(hosts)
 
 
@@ -119,13 +131,17 @@ def _disagree(name: str, raw: str, setting: str, value: object) -> InputError:
     )
 
 
-def _sshd_port(platform: Platform) -> int:
-    port = check_port_number("sshd_port", platform.settings.sshd_port)
+def sshd_port(platform: Platform) -> int:
+    """sshd's port: the sshd_port setting, else MY_SSHD_PORT, else DEFAULT_SSHD_PORT. Both given
+    with different values is bad input, whatever the setting's value (docs/mpi.md): the default
+    port set on purpose (MARUN_SSHD_PORT=36666) does not lose to MY_SSHD_PORT in silence."""
+    setting = platform.settings.sshd_port
+    port = None if setting is None else check_port_number("sshd_port", setting)
     raw = platform_value(platform, MY_SSHD_PORT)
     if raw is None:
-        return port
+        return DEFAULT_SSHD_PORT if port is None else port
     given = parse_port(MY_SSHD_PORT, raw)
-    if port not in (_DEFAULT_SSHD_PORT, given):
+    if port is not None and port != given:
         raise _disagree(MY_SSHD_PORT, raw, "sshd_port", port)
     return given
 
@@ -163,7 +179,7 @@ def read_setup(platform: Platform) -> MpiSetup:
     run_dir = os.path.normpath(os.path.join(base, job or "local"))
     mounted = platform.ssh_key()
     platform_key = os.path.isfile(mounted)
-    port = _sshd_port(platform)
+    port = sshd_port(platform)
     if settings.job_port == port:
         raise bad_value("job_port", settings.job_port, f"a port other than sshd_port={port}")
     hosts = check_hosts(platform, node_hosts(platform))

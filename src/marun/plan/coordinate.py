@@ -98,6 +98,7 @@ def coordination_for(plan: LaunchPlan, platform: Platform) -> Coordination | Non
         # One node, even with one marun per device (Ascend per device): the job is this node.
         return None
     _check_settings(platform)
+    _check_leader(plan.mode, shape.host)
     return _section(plan.mode, shape, platform)
 
 
@@ -113,6 +114,21 @@ def _rendezvous(platform: Platform) -> tuple[str, ...]:
         for flag in _SHARED_FLAGS
         if platform.appended.get(flag) is not None
     )
+
+
+def _check_leader(mode: str, host: str) -> None:
+    """Node 0's address, where every node's marun dials: a host name or an IP address. A rank
+    table's placeholder `server_id` (the documents' `10.*.*.*`) is neither."""
+    from marun.inputs.hosts import is_host_name, is_ip
+
+    if not (is_ip(host) or is_host_name(host)):
+        raise bad_value(
+            "node 0's address",
+            host,
+            f"a host name or an IP address every node can reach ({mode} mode takes it from the "
+            "platform's inputs: a rank table's server_id or host_nic_ip, --init_method, the host "
+            "lists)",
+        )
 
 
 def _section(mode: str, shape: JobShape, platform: Platform) -> Coordination:

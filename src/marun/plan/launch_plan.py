@@ -173,6 +173,12 @@ def result_file_name(node: int) -> str:
     return "result.json" if node == 0 else f"result.node{node}.json"
 
 
+def plan_file_name(node: int) -> str:
+    """`plan.json` on node 0 (and on a one-node job), `plan.node<i>.json` on node i: the plan a
+    node's `marun run` carries out, kept with its logs (result_file_name's rule)."""
+    return "plan.json" if node == 0 else f"plan.node{node}.json"
+
+
 @dataclass(frozen=True)
 class LaunchPlan:
     mode: str
@@ -260,6 +266,12 @@ def node_execs(plan: LaunchPlan, node: NodePlan) -> bool:
         and not procs[0].daemon
         and not procs[0].restart_on_failure
     )
+
+
+# Where torch's `@record` entrypoint decorator writes a rank's exception as JSON (torchrun sets it
+# for each process; pytorch mode plans it): the runtime clears it before each start and the
+# failure summary shows it (marun.runtime.result).
+ERROR_FILE_VAR = "TORCHELASTIC_ERROR_FILE"
 
 
 # The variables that tell a process its restart round (marun's, and torchrun's where the process

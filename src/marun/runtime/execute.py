@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -9,7 +10,15 @@ from typing import TYPE_CHECKING
 
 from marun._files import atomic_write, private_dir
 from marun.errors import InputError, MarunError
-from marun.plan.launch_plan import FileSpec, LaunchPlan, NodePlan, ProcessSpec, execs_lone_process
+from marun.plan.launch_plan import (
+    ERROR_FILE_VAR,
+    FileSpec,
+    LaunchPlan,
+    NodePlan,
+    ProcessSpec,
+    execs_lone_process,
+    plan_file_name,
+)
 
 if TYPE_CHECKING:  # a single-node job loads nothing of the job's link
     from marun.runtime.joblink import JobLink
@@ -54,6 +63,36 @@ def refuse_taken_ports(node: NodePlan) -> None:
                 )
 
 
+def prepare_error_file(spec: ProcessSpec) -> None:
+    """Before each start of a process given TORCHELASTIC_ERROR_FILE: its directory exists (torch's
+    `@record` would otherwise fail writing it, over the script's own exception) and no file of
+    an earlier start or run is left there (torchrun gives each attempt a new directory)."""
+    path = spec.env.get(ERROR_FILE_VAR)
+    if not path:
+        return
+    with contextlib.suppress(OSError):
+        private_dir(os.path.dirname(path) or ".", strict=False)
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def write_plan_record(plan: LaunchPlan, node: NodePlan) -> None:
+    """The plan this node carries out, as `marun plan --format json` shows it (secrets masked),
+    into its log directory (`plan.json`, `plan.node<i>.json`): the platform keeps that directory,
+    so what each process was started with (argv, env, cwd) stays with its logs. A record that
+    cannot be written stops nothing (the logs it would sit beside are the run's to report)."""
+    directory = plan.supervision.record_dir
+    if not directory and node.processes:
+        directory = os.path.dirname(node.processes[0].log)
+    if not directory or not node.processes:
+        return
+    from marun.plan.render import render_json
+
+    with contextlib.suppress(OSError):
+        path = os.path.join(private_dir(directory, strict=False), plan_file_name(node.index))
+        atomic_write(path, render_json(plan), 0o600)
+
+
 def exec_process(proc: ProcessSpec) -> None:
     """Replace marun with the process: no extra process, no extra latency, signals and exit
     status go straight to and from the platform."""
@@ -67,6 +106,7 @@ def exec_process(proc: ProcessSpec) -> None:
         ) from None
     env = dict(os.environ)
     env.update(proc.env)
+    prepare_error_file(proc)
     # exec discards Python's buffers: what marun has printed so far must get out first.
     sys.stdout.flush()
     sys.stderr.flush()
@@ -94,6 +134,7 @@ def execute(plan: LaunchPlan, open_link: LinkOpener | None = None) -> int:
     # A process MindSpore recovers must be restarted when it dies: marun stays in front of it.
     if execs_lone_process(plan) and os.getpid() != 1 and not plan.supervision.always_supervise:
         write_files(node.files)
+        write_plan_record(plan, node)
         exec_process(node.processes[0])
     if not node.processes:
         write_files(node.files)
@@ -113,4 +154,5 @@ def execute(plan: LaunchPlan, open_link: LinkOpener | None = None) -> int:
     shared = os.environ.get("MARUN_SHARED_CONSOLE") == "1"
     supervisor = Supervisor(plan, node, link=link, shared_console=shared)
     write_files(node.files)
+    write_plan_record(plan, node)
     return supervisor.run()

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from marun.plan.launch_plan import ProcessSpec
+from marun.plan.launch_plan import ERROR_FILE_VAR, ProcessSpec
 from marun.runtime.reaper import Ending
 from marun.runtime.signals import signal_name
 
@@ -190,6 +190,43 @@ def _first_failure_lines(head: str, log: str | None, tail: list[str], show_tail:
     return lines
 
 
+# A rank's error file is one exception: read up to this much, show up to this many lines of it.
+MAX_ERROR_FILE = 256 * 1024
+MAX_TRACEBACK_LINES = 40
+
+
+def error_file_lines(spec: ProcessSpec) -> list[str]:
+    """What the process wrote to its TORCHELASTIC_ERROR_FILE (torch's `@record`: the exception's
+    type and message, and its traceback), as summary lines; [] where it wrote none (the runtime
+    removes the file of an earlier start before each start) or it is not torch's JSON."""
+    path = spec.env.get(ERROR_FILE_VAR)
+    if not path:
+        return []
+    try:
+        with open(path, "rb") as stream:
+            raw = stream.read(MAX_ERROR_FILE + 1)
+        data = json.loads(raw.decode("utf-8", "replace")) if len(raw) <= MAX_ERROR_FILE else None
+    except (OSError, ValueError):
+        return []
+    message = data.get("message") if isinstance(data, dict) else None
+    stack: object = None
+    if isinstance(message, dict):
+        extra = message.get("extraInfo")
+        stack = extra.get("py_callstack") if isinstance(extra, dict) else None
+        message = message.get("message")
+    if not isinstance(message, str):
+        return []
+    lines = [f"  its exception (from {path}, written by torch's @record):", f"    {message}"]
+    if isinstance(stack, str) and stack.strip():
+        frames = stack.rstrip().splitlines()
+        lines.append("  traceback:")
+        if len(frames) > MAX_TRACEBACK_LINES:
+            lines.append(f"    | ... ({len(frames) - MAX_TRACEBACK_LINES} lines above)")
+            frames = frames[-MAX_TRACEBACK_LINES:]
+        lines.extend(f"    | {line}" for line in frames)
+    return lines
+
+
 def failure_summary(job: JobRecord) -> str:
     """The block printed on stderr when this node's job failed (a single-node job): the first
     failure once, with its last lines, then one line per other process."""
@@ -209,6 +246,7 @@ def failure_summary(job: JobRecord) -> str:
     lines += _first_failure_lines(head, first.spec.log, list(first.tail), True)
     if first.error:
         lines.append(f"  error: {first.error}")
+    lines += error_file_lines(first.spec)
     lines += _other_lines([p for p in job.processes if p is not first], "Other processes:")
     lines.append(RULE)
     return "\n".join(lines) + "\n"
@@ -250,6 +288,9 @@ def job_failure_summary(
         lines += _first_failure_lines(
             head, failure.get("log"), list(failure.get("tail") or []), show_tail
         )
+        if failure.get("node") == job.node:  # this node's process: its error file is here
+            failed = [p for p in job.processes if p.spec.name == failure.get("name")]
+            lines += error_file_lines(failed[0].spec) if failed else []
     if failure.get("stacks") and show_tail:
         lines.append("  stacks of every rank:")
         lines.extend(f"    {line}" for line in str(failure["stacks"]).splitlines())

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable
 
 from marun.plan.launch_plan import ProcessSpec
+from marun.runtime.execute import prepare_error_file
 
 
 def _die_with_marun_setup() -> Callable[[], None] | None:
@@ -41,6 +42,7 @@ def spawn(spec: ProcessSpec, output_fd: int) -> subprocess.Popen[bytes]:
     """`spec` started, its stdout and stderr on `output_fd`; OSError when it cannot start."""
     env = dict(os.environ)
     env.update(spec.env)
+    prepare_error_file(spec)
     return subprocess.Popen(
         list(spec.argv),
         cwd=spec.cwd,

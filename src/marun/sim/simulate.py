@@ -345,12 +345,15 @@ class SimulateRequest:
     settings: Mapping[str, object] = field(default_factory=dict)
     show_plan: bool = True
     verbose: bool = False
+    full_plan: bool = False
 
 
 def inner_options(request: SimulateRequest, platform: Platform) -> tuple[str, ...]:
     """The options every inner `marun run` gets from the simulate command line."""
     settings = platform.settings
     words: list[str] = ["--tf-chief"] if settings.tf_chief else []
+    if settings.tf_workers_only:
+        words.append("--tf-workers-only")
     if request.verbose:
         words.append("--verbose")
     if settings.console_ranks:
@@ -382,14 +385,19 @@ def simulate(request: SimulateRequest) -> int:
         return run_mpi_simulation(
             platform, request.nodes, request.devices, options, request.show_plan
         )
-    outer, _, sim_dir = simulation_plan(
+    outer, planned, sim_dir = simulation_plan(
         platform, request.mode, request.nodes, request.devices, options
     )
     write_inputs(request.mode, request.nodes, request.devices, sim_dir)
-    if request.show_plan:
-        from marun.plan.render import render_table
-
+    if request.show_plan or request.full_plan:
         job = job_plan(request.mode, platform, outer)
-        sys.stdout.write(render_table(job, brief_after=4) + "\n")
+        if request.full_plan:
+            from marun.plan.render import render_table
+
+            sys.stdout.write(render_table(job, brief_after=4) + "\n")
+        else:
+            from marun.sim.brief import brief_plan
+
+            sys.stdout.write(brief_plan(job, planned, request.mode, request.nodes) + "\n")
         sys.stdout.flush()
     return execute(outer)

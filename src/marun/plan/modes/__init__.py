@@ -16,7 +16,7 @@ from dataclasses import replace
 from marun.errors import InputError, bad_value
 from marun.inputs.injected import Platform
 from marun.plan.coordinate import coordination_for
-from marun.plan.launch_plan import LaunchPlan, execs_lone_process
+from marun.plan.launch_plan import LaunchPlan, Supervision, execs_lone_process
 
 # The one list of modes; every other list of them is checked against it (tests/unit/test_modes).
 MODES = ("ascend", "mindspore", "pytorch", "tensorflow", "mpi")
@@ -29,7 +29,7 @@ def detect_mode(platform: Platform) -> str:
     named."""
     if platform.env.get("RANK_TABLE_FILE"):
         return "ascend"
-    if "init_method" in platform.appended:
+    if "init_method" in platform.appended or torchrun_options(platform):
         return "pytorch"
     if "ps_hosts" in platform.appended or "worker_hosts" in platform.appended:
         return "tensorflow"
@@ -42,6 +42,17 @@ def detect_mode(platform: Platform) -> str:
         "--mode auto: found no RANK_TABLE_FILE, no appended --init_method and no appended "
         "--ps_hosts/--worker_hosts nor TF_WORKER_HOSTS; expected --mode one of " + ", ".join(MODES)
     )
+
+
+# torchrun's options for a job without the platform (pytorch mode's), by Settings field name.
+TORCHRUN_OPTIONS = ("standalone", "nnodes", "node_rank", "master_addr", "master_port")
+
+
+def torchrun_options(platform: Platform) -> list[str]:
+    """The torchrun-style options given (`--standalone`, `--nnodes`, ...), as options."""
+    # `is`, not `in (None, False)`: --node-rank 0 is given (0 == False)
+    given = [(name, getattr(platform.settings, name)) for name in TORCHRUN_OPTIONS]
+    return ["--" + name.replace("_", "-") for name, v in given if v is not None and v is not False]
 
 
 def _other_device_start(mode: str, platform: Platform, all_nodes: bool) -> LaunchPlan | None:
@@ -95,6 +106,12 @@ def plan_with(
         mode = detect_mode(platform)
     if mode not in MODES:
         raise bad_value("--mode", mode, "auto or one of " + ", ".join(MODES))
+    foreign = torchrun_options(platform)
+    if foreign and mode != "pytorch":
+        raise InputError(
+            f"{foreign[0]}: a pytorch option (torchrun's), given with --mode {mode}; expected "
+            "--mode pytorch (or auto), or the platform's inputs of this mode"
+        )
     skipped = _other_device_start(mode, platform, all_nodes)
     if skipped is not None:
         return replace(skipped, supervision=watching)
@@ -103,7 +120,7 @@ def plan_with(
     if watching.max_restarts:
         plan = with_rounds(replace(plan, supervision=watching))
         watching = plan.supervision
-    notes = plan.notes
+    notes = (*plan.notes, *_near_miss_notes(platform), *_console_notes(plan, watching, all_nodes))
     if (
         not always_supervise
         and coordination is None
@@ -118,6 +135,47 @@ def plan_with(
             "written; --supervise keeps marun in front and writes both",
         )
     return replace(plan, supervision=watching, notes=notes, coordination=coordination)
+
+
+def _console_notes(plan: LaunchPlan, watching: Supervision, all_nodes: bool) -> tuple[str, ...]:
+    """`--console-ranks 5` on a node whose ranks are 0-1: said, not silently shown nothing."""
+    selection = watching.console
+    processes = [p for node in plan.nodes for p in node.processes]
+    if selection.everything or not processes:
+        return ()
+    ranks = sorted({p.rank for p in processes if p.rank is not None})
+    words = {p.name for p in processes} | {p.role for p in processes}
+    missing = [
+        str(first) if first == last else f"{first}-{last}"
+        for first, last in sorted(selection.ranks)
+        if not any(first <= rank <= last for rank in ranks)
+    ]
+    missing += sorted(name for name in selection.names if name not in words)
+    if not missing:
+        return ()
+    where = "the job" if all_nodes else "this node"
+    have = f"ranks {ranks[0]}-{ranks[-1]}" if ranks else "no ranks"
+    note = f"console_ranks {','.join(missing)}: no process of {where} ({have}) has it"
+    note += "" if all_nodes else "; another node's marun shows it, if that node runs it"
+    if not any(selection.shows(p.name, p.role, p.rank) for p in processes):
+        note += f"; {where}'s console shows no process's output (log files have it all)"
+    return (note,)
+
+
+def _near_miss_notes(platform: Platform) -> tuple[str, ...]:
+    """A platform variable that looks like a typo of one marun reads (`MA_NUM_GPU`, no S): a note
+    in the plan, and at `marun run` a warning on stderr too (the plan's notes are not printed)."""
+    from marun.inputs.variables import near_miss_note, platform_near_misses
+
+    found = platform_near_misses(platform.env)
+    if not found:
+        return ()
+    note = near_miss_note(found)
+    if not platform.dry_run:
+        from marun.log import get_logger
+
+        get_logger("marun").warning("variable_near_miss", note=note)
+    return (note,)
 
 
 # The variables holding a port that a framework binds anew in each round (PyTorch's rendezvous

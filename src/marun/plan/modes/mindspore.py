@@ -194,6 +194,9 @@ def _processes(
         "MS_TOPO_TIMEOUT": str(cluster.topo_timeout),
         "RANK_SIZE": str(layout.worker_num),
     }
+    # As msrun's processes see it (part 19): one OpenMP thread each unless the user says otherwise.
+    if not platform.env.get("OMP_NUM_THREADS"):
+        common["OMP_NUM_THREADS"] = "1"
     recovery = cluster.recovery
     ifnames: Mapping[str, str] = {}
     if node.index == layout.this_index:

@@ -19,7 +19,8 @@ from marun.inputs.hosts import is_host_name, is_ip
 from marun.inputs.injected import Platform
 from marun.inputs.numbers import MAX_NODES, PORT_MAX, PORT_MIN, is_digits, is_port, parse_int
 from marun.plan.coordination import JobShape
-from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
+from marun.plan.launch_plan import ERROR_FILE_VAR, LaunchPlan, NodePlan, ProcessSpec
+from marun.plan.modes import torchrun_options
 from marun.plan.modes.common import log_dir, script_argv, socket_ifname_env
 
 INIT_METHOD_FORM = (
@@ -27,6 +28,7 @@ INIT_METHOD_FORM = (
     "platform appends it"
 )
 SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+ASYNC_ERROR_VAR = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,92 @@ def parse_init_method(raw: str | None) -> tuple[str, int]:
     return host, int(port)
 
 
+# torchrun's defaults for --master-addr and --master-port (a static rendezvous).
+DEFAULT_MASTER_ADDR = "127.0.0.1"
+DEFAULT_MASTER_PORT = 29500
+
+
+def _free_local_port() -> int:
+    """A port free now on 127.0.0.1, as torchrun --standalone takes one (`localhost:0`)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((DEFAULT_MASTER_ADDR, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def rendezvous_without_platform(platform: Platform) -> Rendezvous:
+    """`--standalone` (this machine alone, 127.0.0.1 and a free port) or `--nnodes`,
+    `--node-rank`, `--master-addr`, `--master-port` as torchrun takes them: the rendezvous a
+    platform would have appended, given by hand."""
+    settings = platform.settings
+    if settings.standalone:
+        if settings.nnodes not in (None, 1) or settings.master_addr or settings.node_rank:
+            raise InputError(
+                "--standalone is a job of one node on 127.0.0.1: expected no --nnodes above 1, "
+                "--node-rank or --master-addr with it (as torchrun --standalone)"
+            )
+        port = settings.master_port or _free_local_port()
+        return Rendezvous(DEFAULT_MASTER_ADDR, port, 0, 1)
+    nodes = settings.nnodes or 1
+    node_rank = settings.node_rank or 0
+    if node_rank >= nodes:
+        raise bad_value("--node-rank", node_rank, f"a node rank below --nnodes={nodes}")
+    host = settings.master_addr or DEFAULT_MASTER_ADDR
+    if not (is_ip(host) or is_host_name(host)):
+        raise bad_value("--master-addr", host, "node 0's host name or IP address")
+    if nodes > 1 and not settings.master_addr:
+        raise bad_value(
+            "--nnodes", nodes, "--master-addr with it (node 0's address, the same on every node)"
+        )
+    return Rendezvous(host, settings.master_port or DEFAULT_MASTER_PORT, node_rank, nodes)
+
+
+def _missing_init_method(platform: Platform) -> InputError:
+    """Neither the platform's --init_method nor a torchrun-style option: what to give."""
+    if platform.command and platform.command[-1].split("=", 1)[0] == "--init_method":
+        return InputError(
+            "--init_method: appended with no value; expected `--init_method tcp://HOST:PORT`, "
+            "as the platform's PyTorch-GPU engine appends it"
+        )
+    return InputError(
+        "--init_method: not appended to the command; expected `--init_method tcp://HOST:PORT` "
+        "after the script's arguments, as the platform's PyTorch-GPU engine appends it, or "
+        "--standalone for a job on this machine alone (--nnodes, --node-rank, --master-addr "
+        "as torchrun takes them for several)"
+    )
+
+
 def read_rendezvous(platform: Platform) -> Rendezvous:
+    """The rendezvous: the platform's appended arguments, else the torchrun-style options."""
+    given = torchrun_options(platform)
+    appended = platform.appended.get("init_method")
+    if appended is not None and given:
+        raise InputError(
+            f"{given[0]} given but the platform appended --init_method {appended}: expected one "
+            "or the other (the torchrun-style options are for a job without the platform)"
+        )
+    if appended is None and given:
+        rdzv = rendezvous_without_platform(platform)
+        _check_node_count(platform, rdzv.nodes, f"--nnodes={rdzv.nodes}")
+        return rdzv
+    if appended is None:
+        raise _missing_init_method(platform)
+    return _read_appended(platform)
+
+
+def _check_node_count(platform: Platform, nodes: int, shown: str) -> None:
+    if platform.env.get("MA_NUM_HOSTS"):
+        hosts = platform.num_hosts()
+        if hosts != nodes:
+            raise InputError(
+                f"MA_NUM_HOSTS={platform.env['MA_NUM_HOSTS']!r} but the command gives {shown}: "
+                "expected the node count to agree"
+            )
+
+
+def _read_appended(platform: Platform) -> Rendezvous:
     host, port = parse_init_method(platform.appended.get("init_method"))
     raw_rank = platform.appended.get("rank")
     raw_world = platform.appended.get("world_size")
@@ -124,7 +211,16 @@ def _common_env(platform: Platform, rdzv: Rendezvous, nproc: int) -> dict[str, s
         "TORCHELASTIC_RESTART_COUNT": "0",
         "TORCHELASTIC_MAX_RESTARTS": "0",
         "TORCHELASTIC_RUN_ID": platform.job_name() or "none",
+        # rank 0 serves the store (torch's TCPStore), as under torchrun without an agent store
+        "TORCHELASTIC_USE_AGENT_STORE": "False",
+        # torchrun's workers inherit its agent's setting; marun stops on the same four
+        # (marun.runtime.signals.STOP)
+        "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
     }
+    # As torchrun: on NCCL a timed-out collective aborts the process instead of hanging (a value
+    # the user set is kept, as torchrun keeps it).
+    if not platform.env.get(ASYNC_ERROR_VAR):
+        common[ASYNC_ERROR_VAR] = "1"
     # As torchrun: several processes on one node each default to every core otherwise.
     if nproc > 1 and not platform.env.get("OMP_NUM_THREADS"):
         common["OMP_NUM_THREADS"] = "1"
@@ -148,6 +244,8 @@ def _node_plan(job: _Job, node: int, host: str, ifname_env: Mapping[str, str]) -
     platform, rdzv, nproc, argv, logs, common = (
         job.platform, job.rdzv, job.nproc, job.argv, job.logs, job.common
     )  # fmt: skip
+    if platform.settings.keep_platform_args:
+        return _node_as_the_platform_starts_it(job, node, host, ifname_env)
     processes = []
     for local in range(nproc):
         rank = node * nproc + local
@@ -160,6 +258,7 @@ def _node_plan(job: _Job, node: int, host: str, ifname_env: Mapping[str, str]) -
             # the process rank, as torchrun sets it.
             "NODE_RANK": str(node),
             "ROLE_RANK": str(rank),
+            ERROR_FILE_VAR: f"{logs}/rank_{rank}.error.json",
             **ifname_env,
         }
         processes.append(
@@ -178,9 +277,46 @@ def _node_plan(job: _Job, node: int, host: str, ifname_env: Mapping[str, str]) -
     return NodePlan(index=node, host=host, processes=tuple(processes))
 
 
+def _node_as_the_platform_starts_it(
+    job: _Job, node: int, host: str, ifname_env: Mapping[str, str]
+) -> NodePlan:
+    """`--keep-platform-args`: the file once per node with the platform's arguments unchanged
+    and none of torchrun's variables, as the platform starts it (a script that parses
+    `--init_method --rank --world_size` and starts one process per GPU itself, such as with
+    torch.multiprocessing.spawn, computes each global rank from them)."""
+    process = ProcessSpec(
+        name=f"node{node}",
+        argv=job.argv,
+        env=dict(ifname_env),
+        cwd=job.platform.cwd,
+        log=f"{job.logs}/node_{node}.log",
+        role="worker",
+        rank=node,
+        listens=(job.rdzv.port,) if node == 0 else (),
+    )
+    return NodePlan(index=node, host=host, processes=(process,))
+
+
+def _processes_per_node(platform: Platform) -> int:
+    """--nproc-per-node, else MA_NUM_GPUS; with --keep-platform-args one (the platform's way),
+    and more than one asked for is bad input: the appended --rank is the node's."""
+    nproc = platform.devices_per_node()
+    if not platform.settings.keep_platform_args:
+        return nproc
+    if platform.settings.nproc_per_node is not None and nproc > 1:
+        raise bad_value(
+            "--nproc-per-node",
+            nproc,
+            "1 with --keep-platform-args: the platform's arguments (--rank: the node's rank) are "
+            "for one process per node that starts its GPUs' processes itself; or leave out "
+            "--keep-platform-args for one process per device with torchrun's env://",
+        )
+    return 1
+
+
 def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     rdzv = read_rendezvous(platform)
-    nproc = platform.devices_per_node()
+    nproc = _processes_per_node(platform)
     argv = script_argv(platform)  # a missing script fails before the NIC is looked for
     logs = log_dir(platform)
 
@@ -195,6 +331,19 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
         return _node_plan(job, node, host, ifname_env if this_node else {})
 
     notes: list[str] = []
+    gpus = platform.env.get("MA_NUM_GPUS", "")
+    if platform.settings.keep_platform_args and gpus not in ("", "0", "1"):
+        notes.append(
+            f"--keep-platform-args: the file runs once per node with the platform's arguments, "
+            f"as the platform starts it (MA_NUM_GPUS={gpus}: it starts a process per GPU "
+            "itself, e.g. torch.multiprocessing.spawn); without the option marun starts one per "
+            "device with torchrun's variables"
+        )
+    if platform.settings.standalone and platform.settings.master_port is None:
+        notes.append(
+            f"--standalone: the rendezvous is {rdzv.host}:{rdzv.port}, a port free when planned "
+            "(as torchrun --standalone takes one); --master-port names one"
+        )
     unset = [n for n in SOCKET_IFNAME_VARS if not platform.env.get(n) and n not in ifname_env]
     if unset and nic.guessed:
         # Said, not silently skipped: a NIC guessed from the default route would pin gloo/NCCL

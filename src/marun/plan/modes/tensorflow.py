@@ -227,6 +227,53 @@ def _process(
     )
 
 
+def _single_container(platform: Platform) -> LaunchPlan:
+    """One node: one container, nothing appended (the platform's single-node TF job)."""
+    stated = platform.given_num_hosts()  # MA_NUM_HOSTS, else Volcano's VC_<TASK>_NUM
+    if stated is not None and stated[1] > 1:
+        raise InputError(
+            f"{stated[0]}={platform.env[stated[0]]!r} but the platform appended none of "
+            "--task_index --ps_hosts --worker_hosts --job_name: expected them on a multi-node "
+            "TensorFlow job"
+        )
+    argv = script_argv(platform)
+    node = NodePlan(0, platform.hostname, processes=(_process(platform, argv, "worker", 0, {}),))
+    return LaunchPlan("tensorflow", (node,), shape=JobShape.one_node(platform.hostname))
+
+
+def _strategy_notes(ps: Sequence[str], chief: bool, workers_only: bool) -> tuple[str, ...]:
+    """What each strategy needs of a job with parameter servers, where the options miss it."""
+    if ps and workers_only:
+        return (
+            "--tf-workers-only: TF_CONFIG lists the workers only (MultiWorkerMirroredStrategy); "
+            "each ps container runs no task, waits and ends with the job",
+        )
+    if ps and not chief:
+        return (
+            "parameter servers and no --tf-chief: TF2's ParameterServerStrategy needs a chief "
+            "(its coordinator) and without one every task waits forever; --tf-chief makes "
+            "worker 0 the chief (TF1's own PS loop needs none; MultiWorkerMirroredStrategy "
+            "takes workers only: --tf-workers-only, or see docs/engines/tensorflow.md)",
+        )
+    return ()
+
+
+def _waiting_ps(platform: Platform, index: int) -> ProcessSpec:
+    """`--tf-workers-only`: a ps container's one process waits (a daemon, ended with the job)
+    instead of running the script, which MultiWorkerMirroredStrategy would crash there
+    (`There is no id for task_type 'ps'`)."""
+    return ProcessSpec(
+        name=f"ps{index}",
+        argv=(platform.python, "-c", "import signal; signal.pause()"),
+        env={},
+        cwd=platform.cwd,
+        log=f"{log_dir(platform)}/ps_{index}.log",
+        role="ps",
+        rank=None,
+        daemon=True,
+    )
+
+
 def placement_notes(ps: Sequence[str], workers: Sequence[str]) -> tuple[str, ...]:
     """The platform places one ps and one worker container on each node; other counts are
     possible (a cluster given by hand) but are not what it starts: say so."""
@@ -241,23 +288,20 @@ def placement_notes(ps: Sequence[str], workers: Sequence[str]) -> tuple[str, ...
 
 def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     if not has_cluster(platform):
-        stated = platform.given_num_hosts()
-        if stated is not None and stated[1] > 1:
-            raise InputError(
-                f"{stated[0]}={platform.env[stated[0]]!r} but the platform appended none of "
-                "--task_index --ps_hosts --worker_hosts --job_name: expected them on a multi-node "
-                "TensorFlow job"
-            )
-        argv = script_argv(platform)
-        node = NodePlan(
-            0, platform.hostname, processes=(_process(platform, argv, "worker", 0, {}),)
-        )
-        return LaunchPlan("tensorflow", (node,), shape=JobShape.one_node(platform.hostname))
+        return _single_container(platform)
 
     job, index, ps, workers = _read_job(platform)
     argv = script_argv(platform)
     chief = platform.settings.tf_chief
+    workers_only = platform.settings.tf_workers_only
+    if workers_only and chief:
+        raise InputError(
+            "--tf-workers-only with --tf-chief: expected one of them (MultiWorkerMirroredStrategy "
+            "takes workers only, ParameterServerStrategy a chief and parameter servers)"
+        )
     cluster = build_cluster(ps, workers, chief)
+    # What TF_CONFIG holds: with --tf-workers-only the workers alone, whatever the job's shape.
+    seen = {"worker": cluster["worker"]} if workers_only and "worker" in cluster else cluster
 
     # Every container of the job, in a fixed order: ps, then chief, then workers.
     tasks = [
@@ -271,13 +315,15 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     position = next(n for n, t in enumerate(tasks) if (t.type, t.index) == (own_type, own_index))
 
     def node_plan(n: int, task: Task) -> NodePlan:
-        env = {"TF_CONFIG": tf_config(cluster, task.type, task.index)}
         host = platform.hostname
         if task.address is not None:
             host = (split_address(task.address) or (task.address, 0))[0]
+        if workers_only and task.type == "ps":
+            return NodePlan(n, host, processes=(_waiting_ps(platform, task.index),))
+        env = {"TF_CONFIG": tf_config(seen, task.type, task.index)}
         return NodePlan(n, host, processes=(_process(platform, argv, task.type, task.index, env),))
 
-    placement = placement_notes(ps, workers)
+    placement = (*placement_notes(ps, workers), *_strategy_notes(ps, chief, workers_only))
     shape = _shape(platform, cluster, len(ps), len(workers), own_type, position)
     if not all_nodes:
         this = node_plan(position, tasks[position])
