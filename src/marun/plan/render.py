@@ -234,15 +234,31 @@ class _View:
         self.one = len(procs) == 1
         self.count = len(procs)
         log_dirs: list[str | None] = [os.path.dirname(p["log"]) for p in procs]
-        # Logs in one directory: it once, each log by its file name.
+        # Logs in one directory: it once, each log by its file name; the same for each node's
+        # logs in a directory of the node's own (marun simulate's).
         self.log_dir = log_dirs[0] if not self.one and _same(log_dirs) else None
+        self.node_log_dirs: dict[int, str] = {}
+        if self.log_dir is None and len(nodes) > 1 and not self.one:
+            by_node: dict[int, set[str | None]] = {}
+            for at, i in enumerate(where):
+                by_node.setdefault(i, set()).add(log_dirs[at])
+            if all(len(d) == 1 for d in by_node.values()):
+                self.node_log_dirs = {i: str(next(iter(d))) for i, d in by_node.items()}
+        # Or each in its process's own cwd (Ascend's per-device directories).
+        self.logs_in_cwd = (
+            not self.one
+            and self.log_dir is None
+            and not self.node_log_dirs
+            and all(d == p["cwd"] for d, p in zip(log_dirs, procs))
+        )
+        short = self.log_dir is not None or bool(self.node_log_dirs) or self.logs_in_cwd
         self.fields: dict[str, list[str | None]] = {
             "node": [str(nodes[i]["index"]) for i in where],
             "process": [p["name"] for p in procs],
             "role": [_role(p) for p in procs],
             "rank": [_UNSET if p["rank"] is None else str(p["rank"]) for p in procs],
             "cwd": [p["cwd"] for p in procs],
-            "log": [os.path.basename(p["log"]) if self.log_dir else p["log"] for p in procs],
+            "log": [os.path.basename(p["log"]) if short else p["log"] for p in procs],
         }
         self.commands: list[str | None] = [shlex.join(p["argv"]) for p in procs]
         names = sorted({k for p in procs for k in p["env"]})
@@ -296,6 +312,8 @@ def _shared_lines(view: _View) -> list[str]:
         rows.append((k, value))
     if view.log_dir is not None:
         rows.append(("log dir", view.log_dir))
+    if view.logs_in_cwd:
+        rows.append(("log dir", "each process's cwd"))
     if _same(view.commands):
         rows.append(("command", view.commands[0] or ""))
     width = max([len(k) for k, _ in rows] + [3])
@@ -323,6 +341,8 @@ def _node_section(view: _View, brief: bool) -> list[str]:
         values = [
             f"{k}={procs[0]['env'][k]}" for k in view.per_node if procs and k in procs[0]["env"]
         ]
+        if i in view.node_log_dirs:
+            values.insert(0, f"log dir {view.node_log_dirs[i]}")
         out.append((line + ("  " + "  ".join(values) if values else "")).rstrip())
     return out
 
