@@ -171,3 +171,17 @@ def test_a_long_brief_job_shows_its_first_and_last_node(script: Path) -> None:
     table = _section(text, "each process")
     assert [row.split()[1] for row in table[1:]] == ["rank0", "rank1", "rank10", "rank11"]
     assert "           WORLD_SIZE=12" in _section(text, "shared by every process (12)")
+
+
+def test_a_node_with_no_process_yet_says_so(script: Path) -> None:
+    """Ascend with a rank table still `initializing`: the dry run plans no process."""
+    table = script.parent / "rt.json"
+    table.write_text('{"status": "initializing"}')
+    res = run_marun(
+        ["plan", "--mode", "ascend", "--format", "table", "--", script.name],
+        env={"RANK_TABLE_FILE": str(table), "RANK_ID": "3"},
+        cwd=script.parent,
+    )
+    assert res.returncode == 0, res.stderr
+    assert re.search(r"^node 0  \S+: no processes$", res.stdout, re.M), res.stdout
+    assert "shared by every process" not in res.stdout

@@ -286,7 +286,8 @@ def _readable(nodes: list[dict[str, Any]], brief: bool) -> list[str]:
     processes x what differs between them; the files. Plan fields (node, process, role, rank,
     cwd, log, command) are in lower case, variables by their names."""
     if not any(n["processes"] for n in nodes):
-        return ["", "no processes", *_files(nodes, brief)]
+        where = [f"node {n['index']}  {n['host']}: no processes" for n in nodes]
+        return ["", *where, *_files(nodes, brief)]
     view = _View(nodes, brief)
     out = _shared_lines(view)
     if len(nodes) > 1:
