@@ -97,6 +97,14 @@ def plan(
             "--format", help="table (default on a terminal), json (default otherwise), yaml"
         ),
     ] = None,
+    full_env: Annotated[
+        bool,
+        typer.Option(
+            "--full-env",
+            help="table: each process's whole env, node by node (by default what every process"
+            " shares is shown once, then a table of what differs); json and yaml always hold it",
+        ),
+    ] = False,
     config: ConfigOpt = None,
     nproc_per_node: NprocOpt = None,
     per_node: PerNodeOpt = None,
@@ -134,7 +142,7 @@ def plan(
     launch_plan = plan_from_environment(
         command or [], mode.value, config, settings, all_nodes, supervise, dry_run=True
     )
-    sys.stdout.write(render(launch_plan, chosen))
+    sys.stdout.write(render(launch_plan, chosen, full_env))
 
 
 @app.command(

@@ -58,7 +58,7 @@ def test_table_is_the_default_on_a_terminal(script: Path) -> None:
     os.close(leader)
     text = b"".join(chunks).decode()
     assert text.startswith("mode: pytorch   nodes: 1   processes: 2")
-    assert "PROCESS" in text and "rank1" in text
+    assert "shared by every process (2)" in text and "  rank1    1" in text
 
 
 def test_yaml_matches_json(script: Path) -> None:

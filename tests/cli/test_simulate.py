@@ -205,12 +205,14 @@ def test_the_shown_plan_is_what_each_node_runs(job: Path, mode: str) -> None:
     inner runs are started with --supervise), as each container plans them."""
     res = run_marun(["simulate", "--mode", mode, "--full-plan", "--", "job.py"], cwd=job)
     assert res.returncode == 0, res.stderr
-    table = res.stdout.split("\n\n")
-    node_blocks = [b for b in table if re.match(r"node \d+ ", b)]
-    assert len(node_blocks) == 2, res.stdout
-    for i, block in enumerate(node_blocks):
-        logs = re.findall(r" log (\S+)", block)
-        assert logs and all(f"/simulate/node{i}/" in log for log in logs), block
+    # Each node's line names its log directory, the table each log by its file name; or (Ascend:
+    # a log in each process's cwd, a directory per device) the table names each cwd.
+    nodes = dict(re.findall(r"^  node (\d+)  \S+(.*)$", res.stdout, re.M))
+    rows = re.findall(r"^  ([01])  +(?:rank|worker|scheduler)\S*  .*$", res.stdout, re.M)
+    assert sorted(nodes) == ["0", "1"] and len(rows) >= 4, res.stdout
+    for row in re.finditer(r"^  ([01])  +(?:rank|worker|scheduler)\S*  .*$", res.stdout, re.M):
+        node = row.group(1)
+        assert f"/simulate/node{node}" in nodes[node] + row.group(0), res.stdout
     assert "marun supervises" in res.stdout
 
 

@@ -137,8 +137,11 @@ def _rounds(watching: dict[str, Any]) -> str:
     return text + ")"
 
 
-def render_table(plan: LaunchPlan, brief_after: int | None = None) -> str:
-    """Nodes x processes, each with its command, env, cwd and log; then the files written.
+def render_table(plan: LaunchPlan, brief_after: int | None = None, full_env: bool = False) -> str:
+    """The header (mode, supervision, records, notes, coordination); then what every process
+    shares, shown once, what each node's processes share, and one table of processes x what
+    differs (RANK, LOCAL_RANK, DEVICE_ID, MS_NODE_ID, ...); then the files written.
+    `full_env`: instead, node by node, each process with its command, cwd, log and whole env.
     `brief_after`: a job of more nodes than that (marun simulate --nodes 64) shows its first
     and last node in full and each one between on a line of its own."""
     data = masked_dict(plan)
@@ -177,6 +180,9 @@ def render_table(plan: LaunchPlan, brief_after: int | None = None) -> str:
         out.append(plan.coordination.describe())
     nodes = data["nodes"]
     brief = brief_after is not None and len(nodes) > brief_after
+    if not full_env:
+        out += _readable(nodes, brief)
+        return "\n".join(out) + "\n"
     for i, node in enumerate(nodes):
         if brief and 0 < i < len(nodes) - 1:
             if i == 1:
@@ -185,6 +191,202 @@ def render_table(plan: LaunchPlan, brief_after: int | None = None) -> str:
         else:
             out += _node_lines(node)
     return "\n".join(out) + "\n"
+
+
+# A value longer than this (TF_CONFIG, a long path) is listed under the table, not in a column.
+_WIDE = 40
+_UNSET = "-"
+
+
+def _role(proc: dict[str, Any]) -> str:
+    return (
+        str(proc["role"])
+        + (" (daemon)" if proc["daemon"] else "")
+        + (" (restarts)" if proc["restart_on_failure"] else "")
+    )
+
+
+def _same(values: list[str | None]) -> bool:
+    return values[0] is not None and all(v == values[0] for v in values)
+
+
+def _columns(header: list[str], rows: list[list[str]], indent: str = "  ") -> list[str]:
+    """Left-aligned columns two spaces apart, the last one not padded."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = []
+    for row in [header, *rows]:
+        cells = [c.ljust(w) for c, w in zip(row[:-1], widths)] + row[-1:]
+        lines.append((indent + "  ".join(cells)).rstrip())
+    return lines
+
+
+class _View:
+    """The processes of a plan's nodes as columns: the plan's fields (node, process, role,
+    rank, cwd, log) and each variable, one value per process (None: not set)."""
+
+    def __init__(self, nodes: list[dict[str, Any]], brief: bool) -> None:
+        self.nodes = nodes
+        # What is shared is shared by every process, shown or not (marun simulate --nodes 64).
+        procs = [p for n in nodes for p in n["processes"]]
+        where = [i for i, n in enumerate(nodes) for _ in n["processes"]]
+        last = len(nodes) - 1
+        self.shown = [at for at, i in enumerate(where) if not brief or i in (0, last)]
+        self.one = len(procs) == 1
+        self.count = len(procs)
+        log_dirs: list[str | None] = [os.path.dirname(p["log"]) for p in procs]
+        # Logs in one directory: it once, each log by its file name; the same for each node's
+        # logs in a directory of the node's own (marun simulate's).
+        self.log_dir = log_dirs[0] if not self.one and _same(log_dirs) else None
+        self.node_log_dirs: dict[int, str] = {}
+        if self.log_dir is None and len(nodes) > 1 and not self.one:
+            by_node: dict[int, set[str | None]] = {}
+            for at, i in enumerate(where):
+                by_node.setdefault(i, set()).add(log_dirs[at])
+            if all(len(d) == 1 for d in by_node.values()):
+                self.node_log_dirs = {i: str(next(iter(d))) for i, d in by_node.items()}
+        # Or each in its process's own cwd (Ascend's per-device directories).
+        self.logs_in_cwd = (
+            not self.one
+            and self.log_dir is None
+            and not self.node_log_dirs
+            and all(d == p["cwd"] for d, p in zip(log_dirs, procs))
+        )
+        short = self.log_dir is not None or bool(self.node_log_dirs) or self.logs_in_cwd
+        self.fields: dict[str, list[str | None]] = {
+            "node": [str(nodes[i]["index"]) for i in where],
+            "process": [p["name"] for p in procs],
+            "role": [_role(p) for p in procs],
+            "rank": [_UNSET if p["rank"] is None else str(p["rank"]) for p in procs],
+            "cwd": [p["cwd"] for p in procs],
+            "log": [os.path.basename(p["log"]) if short else p["log"] for p in procs],
+        }
+        self.commands: list[str | None] = [shlex.join(p["argv"]) for p in procs]
+        names = sorted({k for p in procs for k in p["env"]})
+        self.env = {k: [p["env"].get(k) for p in procs] for k in names}
+        self.shared_env = [k for k in names if _same(self.env[k])]
+        # Within each node: what its processes all share (GROUP_RANK, NODE_RANK, a NIC set on
+        # node 0 only), on the node's line, when some node has several processes to share it.
+        self.per_node: list[str] = []
+        if len(nodes) > 1 and any(len(n["processes"]) > 1 for n in nodes):
+            self.per_node = [
+                k
+                for k in names
+                if k not in self.shared_env
+                and all(len({p["env"].get(k) for p in n["processes"]}) <= 1 for n in nodes)
+            ]
+        differing = [k for k in names if k not in self.shared_env and k not in self.per_node]
+        self.wide = [k for k in differing if any(len(v or "") > _WIDE for v in self.env[k])]
+        self.columns = [k for k in differing if k not in self.wide]
+        self.shared_fields = [k for k, v in self.fields.items() if self.one or _same(v)]
+        self.table_fields = [k for k in self.fields if k not in self.shared_fields]
+
+
+def _readable(nodes: list[dict[str, Any]], brief: bool) -> list[str]:
+    """What every process shares once; per node what its processes share; one table of
+    processes x what differs between them; the files. Plan fields (node, process, role, rank,
+    cwd, log, command) are in lower case, variables by their names."""
+    if not any(n["processes"] for n in nodes):
+        where = [f"node {n['index']}  {n['host']}: no processes" for n in nodes]
+        return ["", *where, *_files(nodes, brief)]
+    view = _View(nodes, brief)
+    out = _shared_lines(view)
+    if len(nodes) > 1:
+        out += _node_section(view, brief)
+    out += _process_lines(view)
+    return out + _files(nodes, brief)
+
+
+def _shared_lines(view: _View) -> list[str]:
+    if view.one:
+        out = ["", "the one process:"]
+    else:
+        out = ["", f"shared by every process ({view.count}); --full-env: each one's whole env"]
+    rows: list[tuple[str, str]] = []
+    for k in view.shared_fields:
+        value = view.fields[k][0] or ""
+        if k == "rank" and value == _UNSET and not view.one:
+            continue  # none has a rank (MPI's sshd and leader): nothing to say
+        if k == "node":
+            if len(view.nodes) > 1:
+                continue  # the nodes' section names it
+            value += f"  {view.nodes[0]['host']}"
+        rows.append((k, value))
+    if view.log_dir is not None:
+        rows.append(("log dir", view.log_dir))
+    if view.logs_in_cwd:
+        rows.append(("log dir", "each process's cwd"))
+    if _same(view.commands):
+        rows.append(("command", view.commands[0] or ""))
+    width = max([len(k) for k, _ in rows] + [3])
+    out += [f"  {k.ljust(width)}  {v}" for k, v in rows]
+    for i, k in enumerate(view.shared_env):
+        out.append(f"  {('env' if i == 0 else '').ljust(width)}  {k}={view.env[k][0]}")
+    return out
+
+
+def _node_section(view: _View, brief: bool) -> list[str]:
+    """A line per node: its host and what its processes share."""
+    out = ["", "each node:"]
+    nodes = view.nodes
+    hosts = max(len(n["host"]) for n in nodes)
+    for i, node in enumerate(nodes):
+        if brief and 0 < i < len(nodes) - 1:
+            if i == 1:
+                out.append(f"  nodes 1 to {len(nodes) - 2}: as node 0, each with its own ranks")
+            out.append(_node_line(node))
+            continue
+        procs = node["processes"]
+        line = f"  node {node['index']}  {node['host'].ljust(hosts)}"
+        if not procs:
+            line += ": no processes"
+        values = [
+            f"{k}={procs[0]['env'][k]}" for k in view.per_node if procs and k in procs[0]["env"]
+        ]
+        if i in view.node_log_dirs:
+            values.insert(0, f"log dir {view.node_log_dirs[i]}")
+        out.append((line + ("  " + "  ".join(values) if values else "")).rstrip())
+    return out
+
+
+def _process_lines(view: _View) -> list[str]:
+    """The table of processes x what differs; then each long value on a line of its own."""
+    out: list[str] = []
+    env = view.env
+    if not view.one:
+        header = [*view.table_fields, *view.columns]
+        body = []
+        for at in view.shown:
+            row = [view.fields[k][at] or "" for k in view.table_fields]
+            row += [_UNSET if env[k][at] is None else str(env[k][at]) for k in view.columns]
+            body.append(row)
+        unset = f"; {_UNSET}: not set" if any(None in env[k] for k in view.columns) else ""
+        out += ["", f"each process{unset}:", *_columns(header, body)]
+    # A differing command, TF_CONFIG, ...: too long for a column.
+    long: list[tuple[str, list[str | None]]] = [(k, env[k]) for k in view.wide]
+    if not _same(view.commands):
+        long.insert(0, ("command", view.commands))
+    who = ["node", "process"] if "node" in view.table_fields else ["process"]
+    for k, each in long:
+        listed = [
+            [
+                *(view.fields[w][at] or "" for w in who),
+                _UNSET if each[at] is None else str(each[at]),
+            ]
+            for at in view.shown
+        ]
+        out += ["", f"{k}, each process's:", *_columns([*who, k], listed)[1:]]
+    return out
+
+
+def _files(nodes: list[dict[str, Any]], brief: bool) -> list[str]:
+    out: list[str] = []
+    for i, node in enumerate(nodes):
+        if brief and 0 < i < len(nodes) - 1:
+            continue
+        for f in node["files"]:
+            out.append(f"file on node {node['index']}: {f['path']} (mode {f['mode']}):")
+            out.append(_indent(f["content"], "    ").rstrip("\n"))
+    return ["", *out] if out else out
 
 
 def _node_line(node: dict[str, Any]) -> str:
@@ -225,9 +427,9 @@ def _node_lines(node: dict[str, Any]) -> list[str]:
     return out
 
 
-def render(plan: LaunchPlan, fmt: str) -> str:
+def render(plan: LaunchPlan, fmt: str, full_env: bool = False) -> str:
     if fmt == "json":
         return render_json(plan)
     if fmt == "yaml":
         return render_yaml(plan)
-    return render_table(plan)
+    return render_table(plan, full_env=full_env)
