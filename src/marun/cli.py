@@ -38,6 +38,7 @@ from marun.cli_options import (
     TfChiefOpt,
     TfWorkersOnlyOpt,
     VerboseOpt,
+    unknown_option,
 )
 from marun.errors import MarunError
 from marun.run_argv import SETTING_OPTIONS
@@ -389,46 +390,12 @@ def _one_line(text: str) -> str:
     return one_line("; ".join(part.strip() for part in text.splitlines() if part.strip()))
 
 
-def _unknown_option(words: "list[str]") -> Optional[str]:
-    """An option the command does not have, before its script (`marun plan --nproc 2 -- x.py`):
-    the message, with the nearest option, instead of the option being taken for the script.
-    Options end at `--` or at the first word that is not an option or an option's value."""
-    import difflib
-
-    group = typer.main.get_command(app)
-    name = words[0] if words else ""
-    command = getattr(group, "commands", {}).get(name)
-    if command is None:
-        return None
-    takes_value: dict[str, bool] = {}
-    for param in command.params:
-        if param.param_type_name == "option":  # typer vendors click: matched by shape
-            for opt in (*param.opts, *param.secondary_opts):
-                takes_value[opt] = not getattr(param, "is_flag", False)
-    takes_value["--help"] = takes_value["-h"] = False
-    i = 1
-    while i < len(words):
-        word = words[i]
-        if word in ("--", "-", "-m") or not word.startswith("-"):
-            return None  # `-m MODULE`: the command starts there, as python's
-        option, eq, _ = word.partition("=")
-        if option not in takes_value:
-            known = sorted(takes_value)
-            near = [o for o in known if o.startswith(option)] or difflib.get_close_matches(
-                option, known, n=1, cutoff=0.6
-            )
-            hint = f" (did you mean {near[0]}?)" if near else ""
-            return f"unknown option {option} for `marun {name}`{hint}; see `marun {name} --help`"
-        i += 2 if takes_value[option] and not eq else 1
-    return None
-
-
 def main(argv: Optional[list[str]] = None) -> None:
     """The `marun` command. Every refusal is one line on stderr, `marun: error: ...`, with exit
     code 2 for bad input: marun's own checks and the command-line parser's alike (typer would
     draw a five-line box)."""
     words = sys.argv[1:] if argv is None else argv
-    unknown = _unknown_option(words)
+    unknown = unknown_option(app, words)
     if unknown:
         sys.stderr.write(f"marun: error: {unknown}\n")
         sys.exit(2)

@@ -1,6 +1,7 @@
 """The options `marun plan` and `marun run` share (and the choices of `--mode` and `--format`):
 one declaration each, so that the two commands cannot drift (tests/unit/test_run_argv.py checks
-them against marun.run_argv's typer-free parser)."""
+them against marun.run_argv's typer-free parser); and `unknown_option`, an option a command
+does not have, named with the nearest one it has."""
 
 # No `from __future__ import annotations` here: typer reads these annotations at run time, and
 # marun runs under Python 3.9, where `str | None` cannot be evaluated.
@@ -200,3 +201,37 @@ HangOpt = Annotated[
         "stopped (default off; stacks need marun[hang])",
     ),
 ]
+
+
+def unknown_option(app: typer.Typer, words: "list[str]") -> Optional[str]:
+    """An option the command does not have, before its script (`marun plan --nproc 2 -- x.py`):
+    the message, with the nearest option, instead of the option being taken for the script.
+    Options end at `--` or at the first word that is not an option or an option's value."""
+    import difflib
+
+    group = typer.main.get_command(app)
+    name = words[0] if words else ""
+    command = getattr(group, "commands", {}).get(name)
+    if command is None:
+        return None
+    takes_value: dict[str, bool] = {}
+    for param in command.params:
+        if param.param_type_name == "option":  # typer vendors click: matched by shape
+            for opt in (*param.opts, *param.secondary_opts):
+                takes_value[opt] = not getattr(param, "is_flag", False)
+    takes_value["--help"] = takes_value["-h"] = False
+    i = 1
+    while i < len(words):
+        word = words[i]
+        if word in ("--", "-", "-m") or not word.startswith("-"):
+            return None  # `-m MODULE`: the command starts there, as python's
+        option, eq, _ = word.partition("=")
+        if option not in takes_value:
+            known = sorted(takes_value)
+            near = [o for o in known if o.startswith(option)] or difflib.get_close_matches(
+                option, known, n=1, cutoff=0.6
+            )
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            return f"unknown option {option} for `marun {name}`{hint}; see `marun {name} --help`"
+        i += 2 if takes_value[option] and not eq else 1
+    return None

@@ -64,11 +64,15 @@ def test_a_2_by_8_pytorch_plan_of_every_node_fits_a_screen(script: Path) -> None
     assert nodes[1].endswith("127.0.0.2  GROUP_RANK=1  NODE_RANK=1")
     # One table of the 16 processes x what differs between them.
     table = _section(text, "each process")
-    assert table[0].split() == ["node", "process", "rank", "log", "LOCAL_RANK", "RANK", "ROLE_RANK"]
+    # (torchrun's error file per rank, in the log directory: by its name, as the log is)
+    assert table[0].split() == ["node", "process", "rank", "log", "LOCAL_RANK", "RANK", "ROLE_RANK",
+                                "TORCHELASTIC_ERROR_FILE"]  # fmt: skip
     assert len(table) == 1 + 16
-    assert table[1].split() == ["0", "rank0", "0", "rank_0.log", "0", "0", "0"]
-    assert table[16].split() == ["1", "rank15", "15", "rank_15.log", "7", "15", "15"]
-    assert max(len(line) for line in table) <= 80
+    assert table[1].split() == ["0", "rank0", "0", "rank_0.log", "0", "0", "0", "rank_0.error.json"]
+    assert table[16].split() == [
+        "1", "rank15", "15", "rank_15.log", "7", "15", "15", "rank_15.error.json"
+    ]  # fmt: skip
+    assert max(len(line) for line in table) <= 100
 
 
 def test_mindspore_the_table_shows_who_is_who_and_what_is_not_set(script: Path) -> None:

@@ -342,34 +342,6 @@ def _server_list_devices(r: _Reader, data: Mapping[str, Any]) -> list[_DeviceEnt
     return device_entries
 
 
-def _check_ranks(r: _Reader, device_entries: Sequence[_DeviceEntry]) -> None:
-    if not device_entries:
-        raise r.error("lists no devices: expected at least one device with a rank")
-    by_rank: dict[int, _DeviceEntry] = {}
-    for dev in device_entries:
-        if dev.rank in by_rank:
-            raise r.error(
-                f"rank {dev.rank} is given twice ({by_rank[dev.rank].where} and {dev.where}): "
-                "expected each rank_id once"
-            )
-        by_rank[dev.rank] = dev
-    for rank in range(len(device_entries)):
-        if rank not in by_rank:
-            raise r.error(
-                f"rank {rank} is missing (ranks go up to {max(by_rank)}): expected ranks "
-                f"0 to {len(device_entries) - 1} with no gap"
-            )
-    by_device: dict[tuple[str, int], _DeviceEntry] = {}
-    for dev in device_entries:
-        key = (dev.server_id, dev.device_id)
-        if key in by_device:
-            raise r.error(
-                f"device_id {dev.device_id} appears twice on server {dev.server_id!r} "
-                f"({by_device[key].where} and {dev.where}): expected each device once per server"
-            )
-        by_device[key] = dev
-
-
 def _servers(device_entries: Sequence[_DeviceEntry]) -> tuple[Server, ...]:
     grouped: dict[str, list[_DeviceEntry]] = {}
     for dev in sorted(device_entries, key=lambda s: s.rank):
@@ -414,6 +386,8 @@ def _document(text: str, path: str) -> tuple[Mapping[str, Any], str]:
 def parse_rank_table(text: str, path: str) -> RankTable:
     """Parse and validate a rank table. InputError (one line naming `path`) on bad input;
     `RankTableNotReady` when its status is still `initializing`."""
+    from marun.inputs.ranktable_checks import check_nic_count, check_ranks
+
     data, status = _document(text, path)
     r = _Reader(path)
     if status == INITIALIZING:
@@ -426,32 +400,10 @@ def parse_rank_table(text: str, path: str) -> RankTable:
         )
     fmt = GROUP_LIST if has_groups else SERVER_LIST
     device_entries = _group_list_devices(r, data) if has_groups else _server_list_devices(r, data)
-    _check_ranks(r, device_entries)
+    check_ranks(r, device_entries)
     servers = _servers(device_entries)
-    _check_nic_count(r, data, servers)
+    check_nic_count(r, data, servers)
     return RankTable(path=path, format=fmt, servers=servers)
-
-
-def _check_nic_count(r: _Reader, data: Mapping[str, Any], servers: Sequence[Server]) -> None:
-    """`para_plane_nic_num` (the tutorial's tables): one parameter-plane NIC per device of a
-    server, as `device_num` and `instance_count` are checked against what the table lists; and
-    `para_plane_nic_name`, where given, names that many."""
-    count = r.integer(data, "para_plane_nic_num", "")
-    if count is None:
-        return
-    for server in servers:
-        if len(server.devices) != count:
-            raise r.error(
-                f"para_plane_nic_num={data['para_plane_nic_num']!r} but server "
-                f"{server.server_id!r} lists {len(server.devices)} device(s): expected one "
-                "parameter-plane NIC per device"
-            )
-    names = data.get("para_plane_nic_name")
-    if isinstance(names, list) and len(names) != count:
-        raise r.error(
-            f"para_plane_nic_num={data['para_plane_nic_num']!r} but para_plane_nic_name names "
-            f"{len(names)} NIC(s): expected as many"
-        )
 
 
 def read_table_text(path: str) -> str:

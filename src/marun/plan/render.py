@@ -263,6 +263,14 @@ class _View:
         self.commands: list[str | None] = [shlex.join(p["argv"]) for p in procs]
         names = sorted({k for p in procs for k in p["env"]})
         self.env = {k: [p["env"].get(k) for p in procs] for k in names}
+        if short and not self.logs_in_cwd:  # a file in the log directory, by its name as a log is
+            dirs = [self.log_dir or self.node_log_dirs.get(i) for i in where]
+            for k, values in self.env.items():
+                if len(set(values)) > 1 and all(
+                    v is None or (d is not None and os.path.dirname(v) == d)
+                    for v, d in zip(values, dirs)
+                ):
+                    self.env[k] = [None if v is None else os.path.basename(v) for v in values]
         self.shared_env = [k for k in names if _same(self.env[k])]
         # Within each node: what its processes all share (GROUP_RANK, NODE_RANK, a NIC set on
         # node 0 only), on the node's line, when some node has several processes to share it.
