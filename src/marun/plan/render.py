@@ -264,13 +264,7 @@ class _View:
         names = sorted({k for p in procs for k in p["env"]})
         self.env = {k: [p["env"].get(k) for p in procs] for k in names}
         if short and not self.logs_in_cwd:  # a file in the log directory, by its name as a log is
-            dirs = [self.log_dir or self.node_log_dirs.get(i) for i in where]
-            for k, values in self.env.items():
-                if len(set(values)) > 1 and all(
-                    v is None or (d is not None and os.path.dirname(v) == d)
-                    for v, d in zip(values, dirs)
-                ):
-                    self.env[k] = [None if v is None else os.path.basename(v) for v in values]
+            _by_file_name(self.env, [self.log_dir or self.node_log_dirs.get(i) for i in where])
         self.shared_env = [k for k in names if _same(self.env[k])]
         # Within each node: what its processes all share (GROUP_RANK, NODE_RANK, a NIC set on
         # node 0 only), on the node's line, when some node has several processes to share it.
@@ -287,6 +281,16 @@ class _View:
         self.columns = [k for k in differing if k not in self.wide]
         self.shared_fields = [k for k, v in self.fields.items() if self.one or _same(v)]
         self.table_fields = [k for k in self.fields if k not in self.shared_fields]
+
+
+def _by_file_name(env: dict[str, list[str | None]], dirs: list[str | None]) -> None:
+    """A variable whose values differ and are each a file in its process's log directory
+    (torchrun's error file per rank) shown by the file's name, as the logs are."""
+    for k, values in env.items():
+        if len(set(values)) > 1 and all(
+            v is None or (d is not None and os.path.dirname(v) == d) for v, d in zip(values, dirs)
+        ):
+            env[k] = [None if v is None else os.path.basename(v) for v in values]
 
 
 def _readable(nodes: list[dict[str, Any]], brief: bool) -> list[str]:
