@@ -20,7 +20,8 @@ from loopback_job import LoopbackJob
 
 # Every rank says it is up and writes its round; RANKS_FAIL `rank:round` pairs exit 3 at once;
 # RANKS_TRAP ranks ignore SIGTERM once (so a round's stop barrier lasts the grace period) and
-# say so; the others run until the job's end unless RUN_FOR says otherwise.
+# say so; the others run until the job's end unless RUN_FOR says otherwise (ROUND0_FOR: in round
+# 0, so that a round is sure to find them running, however slow the machine).
 RANKS = """\
 import os, signal, sys, time
 rank = int(os.environ["RANK"]); rnd = int(os.environ.get("MARUN_RESTART_COUNT", "0"))
@@ -35,7 +36,8 @@ if f"{rank}:{rnd}" in os.environ.get("RANKS_FAIL", "").split(","):
     while armed and not os.path.exists(armed):
         time.sleep(0.05)
     sys.exit(3)
-time.sleep(float(os.environ.get("RUN_FOR", "120")))
+first = os.environ.get("ROUND0_FOR") if rnd == 0 else None
+time.sleep(float(first or os.environ.get("RUN_FOR", "120")))
 print(f"rank {rank} round {rnd} done", flush=True)
 """
 
@@ -128,6 +130,7 @@ def test_a_stop_signal_during_a_rounds_stop_barrier_ends_the_job_with_it(tmp_pat
     barrier for the grace period; SIGTERM to node 2 meanwhile ends the job with 143, not the
     rank's 3, and without round 1's start."""
     job = _job(tmp_path, RANKS_FAIL="4:0", RANKS_TRAP="1", ARMED=str(tmp_path / "armed"))
+    job.options = ["--max-restarts", "3", "--grace-period", "15"]  # the barrier held 15 s
     try:
         job.start([0, 1, 2], RANKS)
         _wait_log(job, 0, 1, "rank 1 trapped SIGTERM")
@@ -164,7 +167,7 @@ def test_a_frozen_node_that_comes_back_joins_the_round(tmp_path: Path) -> None:
     """Node 1's marun (not its ranks) stopped past peer_timeout, then continued: node 0 declared
     it lost and began round 1; back, it stops its ranks, is counted, and the job goes on in
     round 1 and ends 0."""
-    job = _job(tmp_path, MARUN_PEER_TIMEOUT="4", RUN_FOR="8")
+    job = _job(tmp_path, MARUN_PEER_TIMEOUT="4", ROUND0_FOR="300", RUN_FOR="3")
     try:
         job.start([0, 1, 2], RANKS)
         _all_up(job)
@@ -204,7 +207,7 @@ def test_a_killed_nodes_closed_connection_is_a_loss_at_once(tmp_path: Path) -> N
 
 
 def test_a_node_killed_and_started_again_costs_one_round(tmp_path: Path) -> None:
-    job = _job(tmp_path, RUN_FOR="6")
+    job = _job(tmp_path, ROUND0_FOR="300", RUN_FOR="3")
     try:
         job.start([0, 1, 2], RANKS)
         _all_up(job)
