@@ -92,7 +92,9 @@ class Node:
         self.round = 0
         self.started = False
         self.leader = ""
-        self.queued: list[tuple[str, dict[str, Any]]] = []
+        # what it last said of its state, said again after every hello (marun.job.member)
+        self.state: dict[str, dict[str, Any]] = {}
+        self.last_sent = 0.0  # when it last said anything (node 0's "talking")
         self.done_code: int | None = None
         self.exit_code = 0
         self.refused = False
@@ -169,14 +171,14 @@ class JobInterleavings(RuleBasedStateMachine):
             daemons_only=False,
             version=PROTOCOL,
         )
-        queued, node.queued = node.queued, []
-        for kind, fields in queued:
+        for kind, fields in list(node.state.items()):
             self._send(node, kind, **fields)
 
     def _send(self, node: Node, kind: str, **fields: Any) -> None:
+        if kind in ("failure", "stopped", "running", "end"):
+            node.state.pop(kind, None)
+            node.state[kind] = fields  # said again after its next hello
         if node.conn is None or node.far is None:
-            if kind in ("failure", "end", "stopped", "running"):
-                node.queued.append((kind, fields))  # said after its next hello
             return
         stop = kind == "failure" and fields["failure"].get("stop_signal")
         live = self.job.stopped is None and self.job.phase is not JobPhase.DONE
@@ -185,6 +187,7 @@ class JobInterleavings(RuleBasedStateMachine):
         body: dict[str, Any] = {"job": JOB, "node": node.index, "slot": 0, "type": kind}
         body.update(fields, peer=node.conn.nonce, seq=node.seq)
         node.seq += 1
+        node.last_sent = self.clock.now
         try:
             node.far.sendall(encode(SECRET, body))
         except OSError:
@@ -287,7 +290,7 @@ class JobInterleavings(RuleBasedStateMachine):
             return
         if node.instance:  # a replacement: a new marun knows nothing of the job yet
             node.phase, node.round, node.started, node.leader = "waiting", 0, False, ""
-            node.queued, node.exit_code = [], 0
+            node.state, node.exit_code = {}, 0
         node.instance = new_nonce()
         node.alive = True
         self._connect(node)
@@ -367,7 +370,9 @@ class JobInterleavings(RuleBasedStateMachine):
         body.update(host="x", instance=new_nonce(), leader="", started=False, peer=conn.nonce)
         body.update(version=PROTOCOL)
         body.update(seq=0)
-        talking = node.conn is not None and not node.frozen and node.alive
+        # node 0's rule: heard within its heartbeat interval and 2 s (3 s here)
+        heard = self.clock.now - node.last_sent < 3.0
+        talking = node.conn is not None and not node.frozen and node.alive and heard
         if other != JOB or talking:
             self.foreign.append(conn)
         theirs.sendall(encode(SECRET, body))

@@ -207,3 +207,20 @@ def test_a_console_nobody_reads_does_not_hold_the_end_for_ever(tmp_path: Path) -
     assert shown == data * 1200
     for fd in (console_r, console_w, log_fd):
         os.close(fd)
+
+
+def test_a_log_left_mid_line_gets_its_newline_before_what_comes_next(tmp_path: Path) -> None:
+    """A process killed between a line's text and its newline (Python writes them apart): the
+    next start's first line, or a round's marker, must begin a line of its own."""
+    from marun.runtime.output import end_the_line, open_log
+
+    fd = open_log(str(tmp_path / "rank_1.log"))
+    try:
+        end_the_line(fd)  # empty: nothing to end
+        os.write(fd, b"rank 1 step 1 sum 2")
+        end_the_line(fd)
+        end_the_line(fd)  # ended already: no second newline
+        os.write(fd, b"start role=MS_WORKER\n")
+    finally:
+        os.close(fd)
+    assert (tmp_path / "rank_1.log").read_bytes() == b"rank 1 step 1 sum 2\nstart role=MS_WORKER\n"

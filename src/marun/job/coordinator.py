@@ -274,7 +274,7 @@ class Coordinator(RestartRounds):
             self._on_running(member, int(body.get("round", 0)), int(body.get("ranks", 0)))
         elif kind == "stacks":
             member.stacks = str(body.get("text", ""))
-        elif kind == "end":
+        elif kind == "end" and member.ended is None:  # (said again after a reconnection)
             member.ended = time.time()
             member.outcome = str(body.get("outcome"))[:40]
             member.exit_code = int(body.get("exit_code", 0))

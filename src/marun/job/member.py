@@ -34,6 +34,7 @@ from marun.plan.coordination import Coordination
 from marun.runtime.joblink import JobEvent
 
 _RETRY = 0.5
+_STATE = ("failure", "stopped", "running", "end")  # said again after every hello (`_state`)
 _STALL = 3.0  # seconds between two turns of the loop (it turns every 0.2 s): this marun was frozen
 _UNSTARTED_END_WAIT = 10.0  # seconds a node that never started waits for the job's end
 
@@ -88,9 +89,11 @@ class Member:
         self.instance = new_nonce()  # this marun process's (node 0 tells a restarted one apart)
         self._leader_instance = ""  # node 0's coordinator's, from its welcome
         self._said: set[str] = set()  # refusals logged already (each once)
-        # A failure or end said while not connected (this node stopped before it reached node
-        # 0): sent right after the next hello, so node 0 hears of it all the same.
-        self._queued: list[tuple[str, dict[str, Any]]] = []
+        # What this node last said of its state (its failure, a round's `stopped` and `running`,
+        # its `end`), said again right after every hello: said while not connected, or on a
+        # connection node 0 had already closed (the kernel takes the line and it is lost), node
+        # 0 hears it all the same (node 0 takes each again without harm).
+        self._state: dict[str, dict[str, Any]] = {}
         self._thread = threading.Thread(target=self._loop, name="marun-member", daemon=True)
         self._thread.start()
 
@@ -321,8 +324,8 @@ class Member:
             version=PROTOCOL,
         )
         with self._send_lock:
-            queued, self._queued = self._queued, []
-        for kind, fields in queued:
+            said = list(self._state.items())
+        for kind, fields in said:
             self._send(kind, **fields)
         return self._sock is not None
 
@@ -421,10 +424,11 @@ class Member:
         body = {"job": self.coord.job, "node": self.coord.index, "slot": self.coord.slot}
         body.update(fields, type=kind)
         with self._send_lock:
+            if kind in _STATE:
+                self._state.pop(kind, None)  # (in the order said)
+                self._state[kind] = fields
             sock = self._sock
             if sock is None:
-                if kind in ("failure", "end", "stopped", "running"):
-                    self._queued.append((kind, fields))
                 return
             body.update(peer=self._peer, seq=self._seq_out)
             self._seq_out += 1

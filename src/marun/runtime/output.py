@@ -50,7 +50,8 @@ def open_log(path: str) -> int:
     """Open (truncate) a process's log file, mode 0600, in its private directory. Never through
     a symbolic link: one planted where a log goes would have marun (often root) truncate and
     fill, and chmod, whatever it points at."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
+    # Read too: end_the_line looks at the last byte.
+    flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
     try:
         private_dir(os.path.dirname(path) or ".", strict=False)
         fd = os.open(path, flags, 0o600)
@@ -58,6 +59,18 @@ def open_log(path: str) -> int:
     except OSError as exc:
         raise bad_value("log file", path, f"a path marun can write ({exc.strerror})") from None
     return fd
+
+
+def end_the_line(fd: int) -> None:
+    """A log whose last byte is not a newline (its process was killed between a line's text and
+    its newline: Python writes them apart) gets one, so that what comes next (the process's next
+    start, a round's marker) begins a line of its own."""
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            os.write(fd, b"\n")
+    except OSError:
+        pass  # a log that cannot be read or written: nothing to mend
 
 
 # -- the console ----------------------------------------------------------------------------

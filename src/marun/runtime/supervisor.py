@@ -44,7 +44,16 @@ from marun.exit_codes import cannot_start_exit
 from marun.plan.launch_plan import LaunchPlan, NodePlan
 from marun.runtime import early_signals
 from marun.runtime.direct_log import DirectLogs
-from marun.runtime.output import Console, OutputStream, Pump, Relay, new_tail, open_log, widen_pipe
+from marun.runtime.output import (
+    Console,
+    OutputStream,
+    Pump,
+    Relay,
+    end_the_line,
+    new_tail,
+    open_log,
+    widen_pipe,
+)
 from marun.runtime.phase import LIVE, Phase
 from marun.runtime.reaper import (
     Ending,
@@ -420,6 +429,7 @@ class Supervisor(SupervisorRounds):
                     recovery_restarts=self._options.recovery_restarts,
                 )
                 rec.tail.clear()
+                end_the_line(self._log_fds[index])
                 self._start(index)
 
 

@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from marun.plan.launch_plan import ProcessSpec, round_env
+from marun.runtime.output import end_the_line
 from marun.runtime.phase import Phase
 from marun.runtime.reaper import live_groups, signal_group
 from marun.runtime.result import ProcessRecord
@@ -208,6 +209,7 @@ class SupervisorRounds(SupervisorStop):
             if index in running:
                 continue
             if self._round:
+                end_the_line(self._log_fds[index])
                 with contextlib.suppress(OSError):
                     os.write(self._log_fds[index], f"{line}\n".encode())
             rec.tail.clear()
