@@ -9,22 +9,10 @@ import os
 import sys
 from pathlib import Path
 
-from hypothesis import HealthCheck, settings
-from hypothesis.stateful import run_state_machine_as_test
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "unit"))
 
-from test_job_interleavings import JobInterleavings
+from test_job_interleavings import run_interleavings
 
 
 def test_the_coordinator_in_thousands_of_interleavings() -> None:
-    examples = int(os.environ.get("MARUN_PROPERTY_EXAMPLES_SLOW", "2000"))
-    run_state_machine_as_test(
-        JobInterleavings,
-        settings=settings(
-            max_examples=examples,
-            stateful_step_count=40,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-        ),
-    )
+    run_interleavings(int(os.environ.get("MARUN_PROPERTY_EXAMPLES_SLOW", "2000")), steps=40)

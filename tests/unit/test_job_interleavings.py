@@ -26,7 +26,6 @@ import socket
 import types
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -478,18 +477,18 @@ class JobInterleavings(RuleBasedStateMachine):
             self.job._sel.close()
 
 
-def test_the_coordinator_in_every_interleaving() -> None:
-    examples = int(os.environ.get("MARUN_PROPERTY_EXAMPLES", "200"))
+def run_interleavings(examples: int, steps: int) -> None:
+    """`examples` interleavings of up to `steps` steps each (the fast lane's and the slow's)."""
     run_state_machine_as_test(
         JobInterleavings,
         settings=settings(
             max_examples=examples,
-            stateful_step_count=30,
+            stateful_step_count=steps,
             deadline=None,
             suppress_health_check=list(HealthCheck),
         ),
     )
 
 
-if __name__ == "__main__":  # pragma: no cover
-    pytest.main([__file__])
+def test_the_coordinator_in_every_interleaving() -> None:
+    run_interleavings(int(os.environ.get("MARUN_PROPERTY_EXAMPLES", "200")), steps=30)
