@@ -36,11 +36,9 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-import marun.job.arrival
 import marun.job.coordinator
 import marun.job.limits
 import marun.job.report
-import marun.job.restart_rounds
 import marun.job.wire
 from marun.job.coordinator import Coordinator
 from marun.job.phases import JobPhase
@@ -107,8 +105,6 @@ class JobInterleavings(RuleBasedStateMachine):
         self._saved = {}
         for mod in (
             marun.job.coordinator,
-            marun.job.arrival,
-            marun.job.restart_rounds,
             marun.job.wire,
             marun.job.limits,
             marun.job.report,
@@ -158,7 +154,7 @@ class JobInterleavings(RuleBasedStateMachine):
         node.buf = LineBuffer()
         node.seq = 0
         node.nonce = new_nonce()
-        self.job._conns.add(node.conn)
+        self.job.port.conns.add(node.conn)
         self._send(
             node,
             "hello",
@@ -196,22 +192,22 @@ class JobInterleavings(RuleBasedStateMachine):
 
     def _pump(self, conn: Conn) -> None:
         """The coordinator reads what is waiting on `conn`, as its loop does."""
-        while conn in self.job._conns and not conn.closing:
+        while conn in self.job.port.conns and not conn.closing:
             conn.sock.setblocking(False)
             try:
                 if not conn.sock.recv(1, socket.MSG_PEEK):
-                    self.job._drop(conn)
+                    self.job.port.drop(conn)
                     return
             except BlockingIOError:
                 return
             except OSError:  # reset by the far end
-                self.job._drop(conn)
+                self.job.port.drop(conn)
                 return
-            self.job._read(conn)
+            self.job.port.read(conn)
 
     def _closed(self, node: Node) -> None:
         if node.conn is not None:
-            self.job._drop(node.conn)
+            self.job.port.drop(node.conn)
         if node.far is not None:
             node.far.close()
         node.conn = node.far = None
@@ -363,7 +359,7 @@ class JobInterleavings(RuleBasedStateMachine):
         never a member."""
         ours, theirs = socket.socketpair()
         conn = Conn(ours, "127.0.0.1")
-        self.job._conns.add(conn)
+        self.job.port.conns.add(conn)
         node = self.nodes[index]
         body = {"job": other, "node": index, "slot": 0, "type": "hello", "nonce": new_nonce()}
         body.update(host="x", instance=new_nonce(), leader="", started=False, peer=conn.nonce)
@@ -468,13 +464,13 @@ class JobInterleavings(RuleBasedStateMachine):
         for mod, real in self._saved.items():
             mod.time = real  # type: ignore[attr-defined]
         if self.coordinator is not None:
-            for conn in list(self.job._conns):
-                self.job._drop(conn)
+            for conn in list(self.job.port.conns):
+                self.job.port.drop(conn)
             for node in self.nodes:
                 if node.far is not None:
                     node.far.close()
-            self.job._server.close()
-            self.job._sel.close()
+            self.job.port.server.close()
+            self.job.port.sel.close()
 
 
 def run_interleavings(examples: int, steps: int) -> None:

@@ -18,8 +18,8 @@ from marun.job.coordinator import Coordinator
 from marun.job.heartbeat import Beat, heartbeat_interval
 from marun.job.limits import HELLO_WAIT, OUTPUT_LIMIT, SLOW_READER, listen_backlog
 from marun.job.protocol import PROTOCOL, decode, encode, fresh, new_nonce
-from marun.job.roster import Roster
-from marun.job.wire import Conn, MemberState
+from marun.job.roster import MemberState, Roster
+from marun.job.wire import Conn
 from marun.plan.coordination import Coordination
 
 SECRET = b"scale-secret"
@@ -78,23 +78,23 @@ def coordinator() -> Iterator[Coordinator]:
     coord = Coordination(host="127.0.0.1", port=0, nodes=2, index=0, job=JOB)
     made = Coordinator(coord, SECRET)  # its thread never runs: the test drives it
     yield made
-    for conn in list(made._conns):
-        made._drop(conn)
-    made._server.close()
-    made._sel.close()
+    for conn in list(made.port.conns):
+        made.port.drop(conn)
+    made.port.server.close()
+    made.port.sel.close()
 
 
 def connect(coordinator: Coordinator, node: int) -> tuple[Conn, socket.socket, str]:
     """A member's connection through the coordinator's own accept path, hello said."""
     ours, theirs = socket.socketpair()
-    coordinator._take(ours, "127.0.0.5")
-    conn = next(c for c in coordinator._conns if c.sock is ours)
+    coordinator.port.take(ours, "127.0.0.5")
+    conn = next(c for c in coordinator.port.conns if c.sock is ours)
     mine = new_nonce()
     theirs.sendall(encode(SECRET, {"job": JOB, "node": node, "slot": 0, "type": "hello",
                                    "peer": conn.nonce, "seq": 0, "nonce": mine,
                                    "host": "h", "instance": new_nonce(),
                                    "version": PROTOCOL}))  # fmt: skip
-    coordinator._read(conn)
+    coordinator.port.read(conn)
     assert conn.member == (node, 0)
     return conn, theirs, mine
 
@@ -106,13 +106,13 @@ def test_a_member_that_does_not_read_costs_node_0_no_wait_and_is_dropped(
     theirs.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     began = time.monotonic()
     while not conn.out:  # the socket's buffers fill: the rest waits in conn.out
-        coordinator._send_conn(conn, "dump", sample=False)
+        coordinator.port.send_conn(conn, "dump", sample=False)
     assert time.monotonic() - began < 5.0  # (no send waited: the old blocking one took 2 s)
-    assert conn in coordinator._conns and conn.stuck_since is not None
-    coordinator._wire_tick(time.monotonic())
-    assert conn in coordinator._conns  # waiting, not for long yet
-    coordinator._wire_tick(conn.stuck_since + SLOW_READER + 1.0)
-    assert conn not in coordinator._conns
+    assert conn in coordinator.port.conns and conn.stuck_since is not None
+    coordinator.port.tick(time.monotonic())
+    assert conn in coordinator.port.conns  # waiting, not for long yet
+    coordinator.port.tick(conn.stuck_since + SLOW_READER + 1.0)
+    assert conn not in coordinator.port.conns
     assert coordinator.members[(1, 0)].conn is None  # silent from now on: peer_timeout counts
     assert (1, 0) in coordinator.members.closed  # arrival looks at it (before the start)
     theirs.close()
@@ -122,10 +122,10 @@ def test_output_beyond_the_limit_drops_the_member(coordinator: Coordinator) -> N
     conn, theirs, _ = connect(coordinator, 1)
     big = "x" * (1 << 19)
     for _ in range(2 * OUTPUT_LIMIT // len(big) + 8):
-        coordinator._send_conn(conn, "stacks", text=big)
-        if conn not in coordinator._conns:
+        coordinator.port.send_conn(conn, "stacks", text=big)
+        if conn not in coordinator.port.conns:
             break
-    assert conn not in coordinator._conns
+    assert conn not in coordinator.port.conns
     theirs.close()
 
 
@@ -134,21 +134,21 @@ def test_waiting_output_goes_out_in_order_when_the_member_reads(coordinator: Coo
     theirs.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sent = 0
     while not conn.out or sent < 200:
-        coordinator._send_conn(conn, "dump", sample=bool(sent % 2))
+        coordinator.port.send_conn(conn, "dump", sample=bool(sent % 2))
         sent += 1
     got: list[bytes] = []
     buf = b""
     theirs.setblocking(False)
     deadline = time.monotonic() + 10.0
     while len(got) < sent + 2 and time.monotonic() < deadline:  # + challenge, welcome
-        coordinator._flush(conn)
+        coordinator.port.flush(conn)
         try:
             buf += theirs.recv(1 << 16)
         except BlockingIOError:
             continue
         *lines, buf = buf.split(b"\n")
         got += lines
-    assert not conn.out and conn.stuck_since is None and conn not in coordinator._stuck
+    assert not conn.out and conn.stuck_since is None and conn not in coordinator.port.stuck
     seq = -1
     bodies = [decode(SECRET, JOB, line) for line in got]
     assert [b["type"] for b in bodies[:2]] == ["challenge", "welcome"]
@@ -161,14 +161,14 @@ def test_waiting_output_goes_out_in_order_when_the_member_reads(coordinator: Coo
 def test_a_connection_without_hello_is_dropped_from_its_queue(coordinator: Coordinator) -> None:
     old_ours, old_theirs = socket.socketpair()
     new_ours, new_theirs = socket.socketpair()
-    coordinator._take(old_ours, "127.0.0.6")
-    coordinator._take(new_ours, "127.0.0.6")
-    old, new = sorted(coordinator._conns, key=lambda c: c.opened)
+    coordinator.port.take(old_ours, "127.0.0.6")
+    coordinator.port.take(new_ours, "127.0.0.6")
+    old, new = sorted(coordinator.port.conns, key=lambda c: c.opened)
     old.opened -= 1.0  # it came a second earlier
-    assert coordinator._per_source["127.0.0.6"] == 2
-    coordinator._wire_tick(old.opened + HELLO_WAIT + 0.5)
-    assert old not in coordinator._conns and new in coordinator._conns
-    assert coordinator._per_source["127.0.0.6"] == 1
+    assert coordinator.port.per_source["127.0.0.6"] == 2
+    coordinator.port.tick(old.opened + HELLO_WAIT + 0.5)
+    assert old not in coordinator.port.conns and new in coordinator.port.conns
+    assert coordinator.port.per_source["127.0.0.6"] == 1
     for sock in (old_theirs, new_theirs):
         sock.close()
 
@@ -177,13 +177,13 @@ def test_heartbeats_go_where_nothing_else_went(coordinator: Coordinator) -> None
     conn, theirs, _ = connect(coordinator, 1)
     every = coordinator.hb_every
     t = time.monotonic() + every + 0.01
-    coordinator._wire_tick(t)  # its first (at a random point of the first interval): due
+    coordinator.port.tick(t)  # its first (at a random point of the first interval): due
     assert conn.seq_out == 3  # challenge, welcome, hb
-    coordinator._send_conn(conn, "dump", sample=True)
+    coordinator.port.send_conn(conn, "dump", sample=True)
     conn.last_out = t + every / 2  # (the dump went half an interval after the heartbeat)
-    coordinator._wire_tick(t + every + 0.01)
+    coordinator.port.tick(t + every + 0.01)
     assert conn.seq_out == 4  # no heartbeat: the dump showed node 0 alive
-    coordinator._wire_tick(t + 1.5 * every + 0.01)
+    coordinator.port.tick(t + 1.5 * every + 0.01)
     assert conn.seq_out == 5
     theirs.setblocking(False)
     kinds = [decode(SECRET, JOB, line)["type"] for line in theirs.recv(1 << 16).split(b"\n")

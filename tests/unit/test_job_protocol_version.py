@@ -28,8 +28,8 @@ def test_node_0_turns_away_a_hello_of_another_version(version: int | None) -> No
     coordinator = _coordinator()
     ours, theirs = socket.socketpair()
     try:
-        coordinator._take(ours, "127.0.0.1")
-        conn = next(c for c in coordinator._conns if c.sock is ours)
+        coordinator.port.take(ours, "127.0.0.1")
+        conn = next(c for c in coordinator.port.conns if c.sock is ours)
         challenge = decode(SECRET, JOB, theirs.recv(1 << 16).splitlines()[0])
         assert challenge["version"] == PROTOCOL
         hello: dict[str, Any] = {"job": JOB, "node": 1, "slot": 0, "type": "hello", "seq": 0}
@@ -37,7 +37,7 @@ def test_node_0_turns_away_a_hello_of_another_version(version: int | None) -> No
         if version is not None:
             hello["version"] = version
         theirs.sendall(encode(SECRET, hello))
-        coordinator._read(conn)
+        coordinator.port.read(conn)
         assert (1, 0) not in coordinator.members
         refused = decode(SECRET, JOB, theirs.recv(1 << 16).splitlines()[0])
         assert refused["type"] == "refused"
@@ -45,8 +45,8 @@ def test_node_0_turns_away_a_hello_of_another_version(version: int | None) -> No
         assert said in refused["why"], refused
     finally:
         theirs.close()
-        coordinator._server.close()
-        coordinator._sel.close()
+        coordinator.port.server.close()
+        coordinator.port.sel.close()
 
 
 def test_a_member_refuses_a_challenge_of_another_version() -> None:

@@ -45,7 +45,7 @@ def _expect(job: JobInterleavings, words: list[str]) -> None:
     elif what == "rounds":
         assert len(coordinator.rounds) == int(words[1])
     elif what == "stopped":
-        assert coordinator.stopped is not None and coordinator.stopped["code"] == int(words[1])
+        assert coordinator.stopped is not None and coordinator.stopped.code == int(words[1])
     elif what == "not":
         assert coordinator.stopped is None
     elif what == "exit":

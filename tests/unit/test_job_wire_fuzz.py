@@ -85,8 +85,8 @@ def coordinator() -> Iterator[Coordinator]:
     # Its thread never runs: the test drives its reading.
     made = Coordinator(coord, SECRET, announce=quiet)
     yield made
-    made._server.close()
-    made._sel.close()
+    made.port.server.close()
+    made.port.sel.close()
 
 
 class Peer:
@@ -98,7 +98,7 @@ class Peer:
         ours, theirs = socket.socketpair()
         self.far = theirs
         self.conn = Conn(ours, "127.0.0.9")
-        coordinator._conns.add(self.conn)
+        coordinator.port.conns.add(self.conn)
         self.mine = new_nonce()
         self.seq = 0
 
@@ -111,7 +111,7 @@ class Peer:
             self.pump()
 
     def pump(self) -> None:
-        while self.conn in self.coordinator._conns:
+        while self.conn in self.coordinator.port.conns:
             self.conn.sock.setblocking(False)
             try:
                 peeked = self.conn.sock.recv(1, socket.MSG_PEEK)
@@ -119,7 +119,7 @@ class Peer:
                 return
             if not peeked:
                 break
-            self.coordinator._read(self.conn)
+            self.coordinator.port.read(self.conn)
 
     def signed(self, secret: bytes, job: str, kind: str, **extra: Any) -> bytes:
         body: dict[str, Any] = {"job": job, "node": 1, "slot": 0, "type": kind}
@@ -140,7 +140,7 @@ class Peer:
 
     def close(self) -> None:
         self.far.close()
-        self.coordinator._drop(self.conn)
+        self.coordinator.port.drop(self.conn)
 
 
 def checked(coordinator: Coordinator, peer: Peer, data: bytes) -> None:
@@ -221,8 +221,8 @@ def test_signed_lines_with_any_field_types_never_raise(kind: str, extra: dict[st
         coordinator._tick()
         coordinator.report()
     finally:
-        coordinator._server.close()
-        coordinator._sel.close()
+        coordinator.port.server.close()
+        coordinator.port.sel.close()
 
 
 @FUZZ

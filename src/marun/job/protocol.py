@@ -182,37 +182,3 @@ class LineBuffer:
             self._buf = b""
             raise ProtocolError(f"line longer than {self.limit} bytes")
         return [line for line in lines if line.strip()]
-
-
-# A failure's fields as every node prints them (marun.runtime.joblink.job_failure_summary):
-# anything else, or of another type, is left out; text is cut to a sane size.
-# `stop_signal`: the signal that stopped a node's marun (not a rank's): it ends the job, never a
-# restart round (docs/supervision.md, "Signals").
-_FAILURE_TEXT = {
-    "why": 2000,
-    "name": 200,
-    "host": 200,
-    "signal": 40,
-    "stop_signal": 40,
-    "log": 1000,
-}
-_FAILURE_STACKS = 1 << 19
-
-
-def clean_failure(failure: Mapping[str, Any]) -> dict[str, Any]:
-    clean: dict[str, Any] = {}
-    for name, limit in _FAILURE_TEXT.items():
-        value = failure.get(name)
-        if isinstance(value, str):
-            clean[name] = value[:limit]
-    for name in ("node", "rank", "exit_code"):
-        value = failure.get(name)
-        if _is_int(value):
-            clean[name] = value
-    stacks = failure.get("stacks")
-    if isinstance(stacks, str):
-        clean["stacks"] = stacks[:_FAILURE_STACKS]
-    tail = failure.get("tail")
-    if isinstance(tail, list):
-        clean["tail"] = [line[:1000] for line in tail[:50] if isinstance(line, str)]
-    return clean

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from marun.job.wire import MemberState
+from marun.job.job_state import JobState
+from marun.job.roster import MemberState
 from marun.plan.coordination import Coordination
-
-if TYPE_CHECKING:
-    from marun.job.coordinator import Coordinator
 
 
 def _round(record: dict[str, Any]) -> dict[str, Any]:
@@ -85,24 +83,16 @@ def write_job_json(report: dict[str, Any], directory: str) -> str:
     return path
 
 
-def coordinator_report(coordinator: Coordinator) -> dict[str, Any]:
-    """job.json's content as node 0's coordinator knows the job now."""
+def state_report(job: JobState, refused: int) -> dict[str, Any]:
+    """job.json's content as node 0's job machine knows the job now (`refused`: connections
+    the port turned away)."""
+    failure = job.first_failure
     return job_report(
-        coordinator.coord,
-        coordinator.members,
-        exit_code=coordinator.exit_code,
-        first_failure=coordinator.first_failure,
-        started_at=coordinator.started_at,
-        refused=coordinator.refused,
-        rounds=coordinator.rounds,
+        job.coord,
+        job.members,
+        exit_code=job.exit_code,
+        first_failure=None if failure is None else failure.to_wire(),
+        started_at=job.started_at,
+        refused=refused,
+        rounds=job.rounds,
     )
-
-
-def write_once(coordinator: Coordinator, directory: str) -> None:
-    """Node 0's own job.json, written by its coordinator as the job ends (before `done`), or
-    when it closes without having got there; logged either way."""
-    try:
-        coordinator.report_path = write_job_json(coordinator_report(coordinator), directory)
-        coordinator._log("job_report_written", path=coordinator.report_path)
-    except OSError as exc:
-        coordinator._log("job_report_not_written", "warning", error=exc.strerror)

@@ -7,16 +7,43 @@ closes, so the barrier's check of who left looks at those alone, not at every me
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import ItemsView, Iterator, KeysView, MutableMapping, ValuesView
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
-if TYPE_CHECKING:
-    from marun.job.wire import MemberState
+from marun.job.actions import Handle, Key
 
-Key = tuple[int, int]  # (node, slot)
+_CPU_KEPT = 4096  # heartbeats of CPU figures kept per member (over an hour at one a second)
 
 
-class Roster(MutableMapping[Key, "MemberState"]):
+@dataclass
+class MemberState:
+    node: int
+    slot: int
+    host: str
+    address: str
+    arrived: float  # wall clock
+    last_seen: float  # monotonic
+    instance: str = ""  # its marun process's (a new one: that node's marun was restarted)
+    last_seen_wall: float = 0.0  # wall clock of last_seen: when a lost node ended, for job.json
+    conn: Handle | None = None  # its connection (the shell's, opaque here); None: closed
+    idle: float = 0.0  # seconds without a rank's line, as of its last heartbeat
+    # (monotonic, CPU seconds its ranks have used) from its heartbeats: the hang watchdog's
+    cpu_history: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=_CPU_KEPT))
+    daemons_only: bool = False
+    ended: float | None = None
+    outcome: str | None = None
+    exit_code: int | None = None
+    stacks: str | None = None
+    closed_at: float = 0.0  # monotonic: when its connection last closed (conn None since)
+    # restart rounds (marun.job.round_barrier): the last round it said `stopped` and `running`
+    # for, and how many ranks it started then
+    stopped_round: int = 0
+    running_round: int = 0
+    ranks: int = 0
+
+
+class Roster(MutableMapping[Key, MemberState]):
     """A dict of the members whose every change goes through __setitem__/__delitem__ (the
     MutableMapping mixins included: pop, clear, update), so the per-node counts stay true
     whoever changes it."""
@@ -26,7 +53,7 @@ class Roster(MutableMapping[Key, "MemberState"]):
         self._members: dict[Key, MemberState] = {}
         self._per_node: dict[int, int] = {}
         self.complete = 0  # nodes with every slot here
-        # Members whose connection closed since arrival last looked (marun.job.wire._drop);
+        # Members whose connection closed since arrival last looked (JobMachine.closed);
         # a set, so a member that reconnects and drops again is one entry, whatever the phase.
         self.closed: set[Key] = set()
 

@@ -1,0 +1,121 @@
+"""Node 0's view of the job as data (`JobState`), with the few moves every part of the job's
+logic makes: change phase (checked against marun.job.phases.JOB_MOVES), stop the job once, and
+ask the shell for something (marun.job.actions). No sockets, threads, clocks or processes: the
+time of the event being handled is `now` (monotonic) and `wall` (time.time()), set by
+marun.job.machine before each event."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from marun.job.actions import Action, Broadcast, Key, Log, Send
+from marun.job.failure import Failure, Stop
+from marun.job.hang import HangJudge
+from marun.job.heartbeat import job_interval
+from marun.job.phases import JOB_MOVES, JobPhase
+from marun.job.roster import MemberState, Roster
+from marun.plan.coordination import Coordination
+from marun.runtime.rounds import RoundRule
+
+
+class JobState:
+    def __init__(
+        self,
+        coord: Coordination,
+        instance: str,
+        rule: RoundRule | None,
+        ports: dict[str, str],
+        now: float,
+        wall: float,
+    ) -> None:
+        self.coord = coord
+        self.instance = instance  # the coordinator's: a restarted node 0 has another
+        self.members = Roster(coord.slots)
+        self.bound: dict[Any, Key] = {}  # connection -> the member its hello was taken for
+        self.hb_every = job_interval(coord)  # both sides' heartbeat interval
+        self.now, self.wall = now, wall
+        self.t0, self.started_at = now, wall
+        self.phase = JobPhase.GATHERING
+        self.start_at: float | None = None  # when `start` went out (None: never)
+        self.stopped: Stop | None = None  # the stop sent on entering STOPPING
+        self.stopped_at = 0.0
+        self.first_failure: Failure | None = None
+        self.exit_code: int | None = None
+        self.announced_at: float | None = None  # the last `N/M nodes up`
+        # the hang watchdog (marun.job.hang): DUMPING since, and why
+        self.hang: HangJudge | None = None
+        self.dump_since: float | None = None
+        self.hang_why = ""
+        # restart rounds (marun.job.round_barrier); `ports`: round 0's of those that move
+        self.rule = rule if rule is not None and rule.budget > 0 else None
+        self.ports = dict(ports)
+        self.round_ports: dict[str, int] = {}
+        self.rounds: list[dict[str, Any]] = []  # job.json's records, one per round
+        self.round_since = 0.0
+        self.round_failure = Failure()  # the job's failure if the round cannot start
+        self.actions: list[Action] = []
+        self.new_hang_judge()
+
+    @property
+    def expected(self) -> int:
+        return self.coord.nodes * self.coord.slots
+
+    @property
+    def start_sent(self) -> bool:
+        return self.start_at is not None
+
+    @property
+    def round(self) -> int:
+        return 0 if self.rule is None else self.rule.round
+
+    def new_hang_judge(self) -> None:
+        """A judge with no memory: at the start, and at each restart round's."""
+        if self.coord.hang_timeout is not None:
+            self.hang = HangJudge(
+                self.coord.hang_timeout,
+                lambda sample: self.broadcast("dump", sample=sample),
+                self.log,
+            )
+        self.dump_since = None
+
+    # -- asking the shell ---------------------------------------------------------------------
+
+    def log(self, event: str, level: str = "info", **fields: Any) -> None:
+        self.actions.append(Log(event, level, fields))
+
+    def send(self, member: MemberState, kind: str, **fields: Any) -> None:
+        self.actions.append(Send((member.node, member.slot), kind, fields))
+
+    def broadcast(self, kind: str, **fields: Any) -> None:
+        self.actions.append(Broadcast(kind, fields))
+
+    # -- the moves ------------------------------------------------------------------------------
+
+    def enter(self, phase: JobPhase) -> None:
+        """The one place the phase changes, checked against marun.job.phases.JOB_MOVES."""
+        self.phase = JOB_MOVES.move(self.phase, phase, self.log)
+
+    def stop(self, code: int, failure: Failure) -> None:
+        """The job ends with `code`: `stop` to every node, once (STOPPING)."""
+        if self.stopped is not None:
+            return
+        self.first_failure = failure
+        self.exit_code = code
+        self.stopped = Stop(code, failure)
+        self.stopped_at = self.now
+        self.enter(JobPhase.STOPPING)
+        # `failed_node`, not `node`: every other event's `node` is the node that logs it.
+        where: dict[str, Any] = {}
+        if failure.why:
+            where["why"] = failure.why
+        if failure.node is not None:
+            where["failed_node"] = failure.node
+        self.log("job_stop", "error" if code else "info", code=code, **where)
+        self.broadcast("stop", **self.stopped.to_wire())
+
+    def stop_daemons(self) -> None:
+        """Only TF parameter servers are left: they end when the job is done, not on their own.
+        Not a failure: the job's code stays the one its nodes' ends give."""
+        self.stopped = Stop(0, None)
+        self.enter(JobPhase.STOPPING)
+        self.broadcast("stop", **self.stopped.to_wire())

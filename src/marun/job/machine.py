@@ -1,0 +1,264 @@
+"""Node 0's job, as a machine: fed events (a member's hello or message, a connection closed, a
+tick, node 0's own stall) with the time passed in, it changes the job's state
+(marun.job.job_state) and returns what the shell must do (marun.job.actions). No sockets,
+threads, clocks or processes: marun.job.coordinator carries the bytes, the tests drive it with a
+fake network and clock (tests/unit/test_job_machine_scenarios.py, test_job_interleavings.py).
+
+Its phases and their allowed moves: marun.job.phases.JOB_MOVES. Arrival and lost nodes:
+marun.job.admission; restart rounds: marun.job.round_barrier.
+"""
+
+from __future__ import annotations
+
+from marun.exit_codes import HANG_EXIT, LOST_EXIT
+from marun.job import admission, round_barrier
+from marun.job.actions import Action, Handle, Key, Refuse, WriteReport
+from marun.job.failure import Failure
+from marun.job.hang import describe_stacks
+from marun.job.job_state import JobState
+from marun.job.messages import (
+    Beat,
+    End,
+    FailureSaid,
+    Hello,
+    MemberMessage,
+    Running,
+    Stacks,
+    Stopped,
+)
+from marun.job.phases import JobPhase
+from marun.plan.coordination import HEARTBEAT, Coordination
+from marun.runtime.rounds import RoundRule
+
+DUMP_WAIT = 15.0  # seconds the watchdog waits for every node's stacks
+STALL = 3 * HEARTBEAT  # a gap this long between two looks: node 0's marun was not running
+# After the start, a member whose connection closed without its `end` is lost this long after,
+# unless its marun reconnects meanwhile (a member reconnects at once after a drop).
+CLOSED_LOST = 2.0
+LATE_WAIT = 3.0  # after a stop, how long a node not (or no longer) present is waited for
+
+
+class JobMachine:
+    def __init__(
+        self,
+        coord: Coordination,
+        instance: str,
+        *,
+        rule: RoundRule | None = None,
+        ports: dict[str, str] | None = None,
+        now: float,
+        wall: float,
+    ) -> None:
+        self.job = JobState(coord, instance, rule, dict(ports or {}), now, wall)
+
+    def _clock(self, now: float, wall: float) -> None:
+        self.job.now, self.job.wall = now, wall
+
+    def _taken(self) -> list[Action]:
+        actions, self.job.actions = self.job.actions, []
+        return actions
+
+    # -- events -----------------------------------------------------------------------------
+
+    def hello(
+        self, handle: Handle, address: str, msg: Hello, now: float, wall: float
+    ) -> list[Action]:
+        self._clock(now, wall)
+        admission.hello(self.job, handle, address, msg)
+        return self._taken()
+
+    def message(
+        self,
+        handle: Handle,
+        key: Key,
+        kind: str,
+        msg: MemberMessage | None,
+        now: float,
+        wall: float,
+    ) -> list[Action]:
+        """A line of type `kind` from a connection that said hello as `key` (any other is
+        refused); `msg` None: a type no member sends (it only shows the member alive)."""
+        self._clock(now, wall)
+        job = self.job
+        member = job.members.get(key)
+        if job.bound.get(handle) != key or member is None:
+            return [Refuse(handle, f"{kind} before hello")]
+        member.last_seen, member.last_seen_wall = now, wall
+        if member.outcome == "lost" and member.conn == handle:
+            admission.back(job, member)
+        if isinstance(msg, Beat):
+            member.idle = msg.idle
+            if msg.cpu is not None:
+                member.cpu_history.append((now, msg.cpu))
+        elif isinstance(msg, FailureSaid):
+            self._failure(msg.failure, msg.round, msg.uptime)
+        elif isinstance(msg, Stopped):
+            member.stopped_round = max(member.stopped_round, msg.round)
+            round_barrier.check_round(job)
+        elif isinstance(msg, Running):
+            round_barrier.on_running(job, member, msg.round, msg.ranks)
+        elif isinstance(msg, Stacks):
+            member.stacks = msg.text
+        elif isinstance(msg, End) and member.ended is None:  # (said again after a reconnection)
+            self._end(key, msg)
+        return self._taken()
+
+    def closed(self, handle: Handle, now: float) -> None:
+        """A connection closed (the peer's doing or the shell's): its member is silent from now
+        on (peer_timeout counts; after the start, CLOSED_LOST; before it, not present)."""
+        key = self.job.bound.pop(handle, None)
+        if key is None:
+            return
+        member = self.job.members.get(key)
+        if member is not None and member.conn == handle:
+            member.conn = None
+            member.closed_at = now
+            self.job.members.closed.add(key)
+
+    def tick(self, now: float, wall: float, *, frozen: bool = False) -> list[Action]:
+        """Time passed: arrival_timeout, lost nodes, the round's barrier, hangs, the end.
+        `frozen`: the shell did not run just before this tick (node 0's own silence; nobody is
+        lost for it)."""
+        self._clock(now, wall)
+        job = self.job
+        if job.phase is JobPhase.GATHERING:
+            admission.forget_departed(job)
+            if now - job.t0 >= job.coord.arrival_timeout:
+                admission.arrival_failed(job)
+            return self._taken()
+        if not frozen:
+            self._find_lost()
+        if job.phase is JobPhase.RESTARTING:
+            round_barrier.check_round(job)
+            return self._taken()
+        self._watch_hang()
+        self._check_done()
+        return self._taken()
+
+    def stalled(self, gap: float, now: float, wall: float) -> list[Action]:
+        """Node 0's marun did not run for `gap` seconds (frozen by SIGSTOP, or starved): past
+        peer_timeout the other nodes have given up on node 0, so node 0 is the job's failure,
+        and those that left ended when they gave up, not when node 0 noticed; one that is still
+        there says its own end later."""
+        self._clock(now, wall)
+        job, coord = self.job, self.job.coord
+        if gap < STALL or not job.start_sent:
+            return []
+        job.log("coordinator_stalled", "error", seconds=round(gap, 1))
+        if gap < coord.peer_timeout:
+            return self._taken()
+        gave_up = wall - gap + coord.peer_timeout
+        why = (
+            f"node {coord.leader}'s marun did not run for {gap:.0f}s (stopped, e.g. SIGSTOP, or "
+            f"starved): past peer_timeout {coord.peer_timeout:g}s the other nodes gave up on it"
+        )
+        job.stop(
+            LOST_EXIT, Failure(node=coord.leader, host=coord.host, exit_code=LOST_EXIT, why=why)
+        )
+        for member in job.members.values():
+            if member.ended is None and member.node != coord.leader:
+                member.ended, member.outcome = gave_up, "lost"
+        return self._taken()
+
+    # -- the job's logic ----------------------------------------------------------------------
+
+    def _end(self, key: Key, msg: End) -> None:
+        job = self.job
+        m = job.members[key]
+        m.ended, m.outcome, m.exit_code = job.wall, msg.outcome, msg.exit_code
+        if job.phase is JobPhase.GATHERING:
+            # It ended before the job started (its marun was stopped while waiting): the job
+            # cannot start without it.
+            code = m.exit_code or LOST_EXIT
+            why = (
+                f"node {key[0]} ({m.host}) left before the start ({m.outcome}, exit code "
+                f"{m.exit_code})"
+            )
+            job.stop(code, Failure(node=key[0], host=m.host, exit_code=code, why=why))
+
+    def _failure(self, failure: Failure, round_: int | None, uptime: float | None) -> None:
+        job = self.job
+        if failure.stop_signal:
+            # A node's marun was told to stop (its pod deleted, a user's ^C): the job ends with
+            # 128+N in every phase, a round's barrier included; it never starts a round, and no
+            # round waits for the signalled node (docs/supervision.md, "Signals").
+            job.stop(failure.code, failure)
+            return
+        if job.stopped is not None or job.phase is JobPhase.RESTARTING:
+            return  # a round under way: its ranks' ends are no failures of the next
+        if round_ is not None and round_ != job.round:
+            return  # said in a round that is over
+        unrestarted = round_barrier.restart(job, failure.code, failure, uptime)
+        if unrestarted is not None:
+            job.stop(failure.code, unrestarted)
+
+    def _find_lost(self) -> None:
+        job = self.job
+        for member in list(job.members.values()):
+            if member.ended is not None:
+                continue
+            if job.now - member.last_seen > job.coord.peer_timeout:
+                admission.lost(job, member)
+            elif member.conn is None and job.now - member.closed_at > CLOSED_LOST:
+                # Its marun's connection closed without a goodbye (`end`) and no marun of its
+                # came back on a new one: its pod was deleted or its machine is gone.
+                admission.lost(
+                    job,
+                    member,
+                    f"its marun's connection closed without a goodbye and it did not reconnect "
+                    f"within {CLOSED_LOST:g}s (its pod deleted, or its machine gone)",
+                )
+
+    def _watch_hang(self) -> None:
+        """marun.job.hang judges; once hung, every node's stacks are gathered (and written into
+        each rank's log) and the job stopped with HANG_EXIT and the reason."""
+        job = self.job
+        if job.hang is None or job.stopped is not None:
+            return
+        running = [m for m in job.members.values() if m.ended is None and not m.daemons_only]
+        if not running:
+            return
+        now = job.now
+        if job.phase is JobPhase.RUNNING:
+            idle = min(m.idle + (now - m.last_seen) for m in running)
+            why = job.hang.tick(running, idle, now)
+            if why is not None:
+                job.hang_why, job.dump_since = why, now
+                job.enter(JobPhase.DUMPING)
+                for m in running:
+                    m.stacks = None
+                job.log("job_hang", "error", idle_seconds=round(idle, 1), why=why)
+                job.broadcast("dump")
+            return
+        have = all(m.stacks is not None for m in running)
+        if have or now - (job.dump_since or now) >= DUMP_WAIT:
+            failure = Failure(
+                exit_code=HANG_EXIT, why=job.hang_why, stacks=describe_stacks(running)
+            )
+            unrestarted = round_barrier.restart(job, HANG_EXIT, failure, None)
+            if unrestarted is not None:
+                job.stop(HANG_EXIT, unrestarted)
+
+    def _check_done(self) -> None:
+        job = self.job
+        if job.phase is JobPhase.DONE:
+            return
+        if len(job.members) < job.expected and (
+            job.stopped is None or job.now - job.stopped_at < LATE_WAIT
+        ):
+            # Once stopped, a node that never arrived (or did not come back to a node 0 that
+            # was restarted) is waited for LATE_WAIT only: its marun retries every 0.5 s, and
+            # hears the stop instead of giving up on node 0 after peer_timeout.
+            return
+        pending = [m for m in job.members.values() if m.ended is None]
+        if pending and job.stopped is None:
+            if all(m.daemons_only for m in pending):
+                job.stop_daemons()  # TF parameter servers end when the job is done
+            return
+        if pending:
+            return
+        job.enter(JobPhase.DONE)
+        if job.exit_code is None:
+            job.exit_code = next((m.exit_code for m in job.members.values() if m.exit_code), 0)
+        job.actions.append(WriteReport())  # before `done`: a node that ends on it finds job.json
+        job.broadcast("done", code=job.exit_code)

@@ -1,0 +1,168 @@
+"""Node 0's restart rounds (docs/supervision.md, "Restart rounds"), as moves of the job's state
+(marun.job.job_state): a failure anywhere with rounds left (marun.runtime.rounds.RoundRule says)
+sends `restart {round, cause}`; every node stops its ranks and says `stopped {round}`; when every
+node of the job has (a node whose marun was replaced counts once its new marun is here: it runs
+nothing), `start {round, ports}` goes out, each node starts its ranks again and says `running
+{round, ranks}`; when all have, the round's line is printed. job.json lists every round.
+
+The phase goes RUNNING (or DUMPING) -> RESTARTING -> RUNNING: the one cycle in marun.job.phases.
+"""
+
+from __future__ import annotations
+
+from marun.exit_codes import LOST_EXIT, failure_exit
+from marun.job.actions import Announce, Key
+from marun.job.failure import Failure
+from marun.job.job_state import JobState
+from marun.job.phases import JobPhase
+from marun.job.roster import MemberState
+from marun.runtime.rounds import describe_cause, round_line, round_ports
+
+
+def restart(job: JobState, code: int, failure: Failure, uptime: float | None) -> Failure | None:
+    """A new round for `failure` (None), or the failure with why none follows it: the caller
+    stops the job with that."""
+    if job.rule is None or job.phase not in (JobPhase.RUNNING, JobPhase.DUMPING):
+        return failure
+    finished = next(
+        (m for m in job.members.values() if m.outcome == "succeeded" and not m.daemons_only),
+        None,
+    )
+    if finished is not None:
+        why = f"node {finished.node}'s ranks have finished: a round needs every node's"
+    else:
+        why = job.rule.next_round(code if failure.of_a_process else None, uptime) or ""
+    if why:
+        job.log("no_restart_round", "error", why=why)
+        return failure.but(no_restart=why)
+    _begin(job, failure)
+    return None
+
+
+def _begin(job: JobState, failure: Failure) -> None:
+    cause = failure.cause()
+    job.enter(JobPhase.RESTARTING)
+    job.round_since = job.now
+    job.rounds.append(
+        {
+            "round": job.round,
+            "cause": cause,
+            "stacks": failure.stacks,
+            "detected_at": job.wall,
+            "stopped_at": None,
+            "running_at": None,
+            "ranks": None,
+        }
+    )
+    job.round_failure = failure
+    job.new_hang_judge()
+    job.log("job_restart", "info", round=job.round, cause=describe_cause(cause))
+    job.broadcast("restart", round=job.round, cause=cause)
+
+
+def round_cause(job: JobState) -> dict[str, object] | None:
+    return job.rounds[-1]["cause"] if job.rounds else None
+
+
+def rejoin(job: JobState, key: Key) -> bool:
+    """A new marun for a node after the start (its pod recreated): admitted into the next
+    round when there is one (True), its old one's ranks being gone; else the caller fails the
+    job."""
+    member = job.members[key]
+    if job.rule is None or job.stopped is not None:
+        return False
+    if job.phase is not JobPhase.RESTARTING:
+        why = (
+            f"node {key[0]}'s marun was replaced after the start (its pod recreated): its "
+            "ranks are gone"
+        )
+        failure = Failure(node=key[0], host=member.host, exit_code=LOST_EXIT, why=why)
+        if restart(job, LOST_EXIT, failure, None) is not None:
+            return False
+    member.ended = member.outcome = member.exit_code = None
+    member.stopped_round = job.round  # a new marun runs nothing yet
+    job.log("node_rejoined", "info", node=key[0], slot=key[1], round=job.round)
+    return True
+
+
+def check_round(job: JobState) -> None:
+    """RESTARTING: the barrier (every node's `stopped`), or the round's failure."""
+    if job.phase is not JobPhase.RESTARTING:
+        return
+    leader = job.members.get((job.coord.leader, 0))
+    if leader is None or leader.ended is not None:
+        _failed(job, f"node {job.coord.leader}'s marun ended during the round")
+        return
+    finished = next((m for m in job.members.values() if m.outcome == "succeeded"), None)
+    if finished is not None:  # it will not come back for the round: no point waiting
+        _failed(
+            job,
+            f"node {finished.node}'s ranks finished during the round: a round needs every node's",
+        )
+        return
+    waiting = [
+        f"node {n} slot {s}" if job.coord.slots > 1 else f"node {n}"
+        for n in range(job.coord.nodes)
+        for s in range(job.coord.slots)
+        if not _stopped_for_round(job, (n, s))
+    ]
+    if not waiting:
+        _start(job)
+    elif job.now - job.round_since > job.coord.arrival_timeout:
+        _failed(
+            job,
+            f"round {job.round}: {', '.join(waiting[:8])} not back within arrival_timeout "
+            f"{job.coord.arrival_timeout:g}s",
+        )
+
+
+def _stopped_for_round(job: JobState, key: Key) -> bool:
+    member = job.members.get(key)
+    return (
+        member is not None
+        and member.conn is not None
+        and member.ended is None
+        and member.stopped_round >= job.round
+    )
+
+
+def _failed(job: JobState, why: str) -> None:
+    failure = job.round_failure
+    code = failure_exit(failure.exit_code, LOST_EXIT)
+    job.log("round_failed", "error", round=job.round, why=why)
+    job.stop(code, failure.but(no_restart=why))
+
+
+def _start(job: JobState) -> None:
+    record = job.rounds[-1]
+    record["stopped_at"] = job.wall
+    moved = round_ports(job.ports, tuple(job.ports), job.round, avoid=job.coord.port)
+    job.round_ports = {k: int(v) for k, v in moved.items()}
+    for member in job.members.values():
+        member.idle = 0.0
+        member.last_seen = job.now  # a node's silence counts from the round's start
+    job.enter(JobPhase.RUNNING)  # the cycle's way back (marun.job.phases)
+    job.log("job_round_start", round=job.round, ports=job.round_ports)
+    job.broadcast("start", round=job.round, ports=job.round_ports)
+
+
+def on_running(job: JobState, member: MemberState, round_: int, ranks: int) -> None:
+    """A node's `running`: the round's line once every node's ranks run again."""
+    if round_ != job.round or not job.rounds:
+        return
+    member.running_round, member.ranks = round_, max(0, ranks)
+    record = job.rounds[-1]
+    if record["running_at"] is not None:
+        return
+    if any(m.running_round < round_ or m.ended is not None for m in job.members.values()):
+        return
+    record["running_at"] = job.wall
+    record["ranks"] = sum(m.ranks for m in job.members.values())
+    took = record["running_at"] - record["detected_at"]
+    budget = job.rule.budget if job.rule is not None else 0
+    job.actions.append(
+        Announce(
+            f"{round_line(round_, budget, record['cause'])} (all {record['ranks']} ranks "
+            f"running again in {took:.2f}s)"
+        )
+    )
