@@ -49,7 +49,7 @@ if [ -n "$PY39" ] && [ "$(cat "$VENVS/py39/.marun-stamp" 2>/dev/null)" != "$(sta
   mkdir -p "$VENVS"
   [ -x "$VENVS/py39/bin/python" ] || "$PY39" -m venv "$VENVS/py39"
   "$VENVS/py39/bin/pip" install -q -e . 2>&1 | grep -v '^WARNING: Location' || true
-  "$VENVS/py39/bin/python" -c 'import marun.cli'
+  "$VENVS/py39/bin/python" -c 'import marun.command.cli'
   stamp_of > "$VENVS/py39/.marun-stamp"
 fi
 if [ -z "$PY39" ]; then

@@ -41,7 +41,7 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 # `marun plan` starts nothing and reads only its environment, working directory and arguments:
 # tests/unit runs it (and every other command: `--help`, usage errors) in this process (the same
-# entry point, `marun.entry.main`), so that a unit test starts no process; tests/cli keeps
+# entry point, `marun.command.entry.main`), so that a unit test starts no process; tests/cli keeps
 # driving the real command. So does `marun run` up to
 # the point where it would start the plan (`runtime.execute.execute`): a unit test of `run`
 # is one of input it refuses, and a run that gets that far fails the test (WouldStart) instead
@@ -77,12 +77,12 @@ def _in_process(args: Sequence[str], env: Mapping[str, str], cwd: str | None) ->
     import contextlib
     import io
 
-    from marun.entry import main
+    from marun.command.entry import main
 
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
     out, err = io.StringIO(), io.StringIO()
     import marun.runtime.execute as runtime_execute
-    from marun import entry
+    from marun.command import entry
 
     saved_execute, saved_exit = runtime_execute.execute, entry._exit_at_once
     _REAL_EXECUTE[:] = [saved_execute]

@@ -1,4 +1,4 @@
-from marun.entry import main
+from marun.command.entry import main
 
 if __name__ == "__main__":
     main()

@@ -569,7 +569,7 @@ class Running:
 
 def start_case(case: Case, command: str, work: Path, ports: Mapping[str, str]) -> Running:
     """Fork `marun COMMAND ARGS` for `case` in `work` (its own run directory: TMPDIR)."""
-    from marun.cli import main
+    from marun.command.cli import main
 
     case_dir = work / "case"
     case_dir.mkdir()

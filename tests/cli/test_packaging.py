@@ -29,10 +29,10 @@ def test_wheel_installs_a_working_marun(tmp_path: Path) -> None:
     (wheel,) = wheels.glob("marun-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "marun/mpi/templates/sshd_config" in names
-    assert "marun/cli.py" in names
+    assert "marun/command/cli.py" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    # marun.entry: `marun run` parsed without typer; everything else goes to marun.cli.
-    assert "marun = marun.entry:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    # marun.command.entry: `marun run` parsed without typer; anything else: marun.command.cli.
+    assert "marun = marun.command.entry:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)

@@ -217,7 +217,7 @@ def test_a_refused_option_gets_the_same_line_on_both_paths(
         check=False,
     )
     through_typer = subprocess.run(
-        [sys.executable, "-c", "from marun.cli import main; main()", *argv],
+        [sys.executable, "-c", "from marun.command.cli import main; main()", *argv],
         check=False,
         capture_output=True,
         text=True,
@@ -232,10 +232,11 @@ def test_a_refused_option_gets_the_same_line_on_both_paths(
 def test_marun_run_does_not_import_typer(tmp_path: Path) -> None:
     (tmp_path / "show.py").write_text("import sys; print('typer' in sys.modules)\n")
     code = (
-        "import sys, marun.entry; sys.argv = ['marun', 'run', '--', 'show.py', '--init_method',"
+        "import sys, marun.command.entry; sys.argv = ['marun', 'run', '--', 'show.py',"
+        " '--init_method',"
         " 'tcp://127.0.0.1:29500']; import os; os.execvpe = lambda *a: (print("
         "sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'click', 'rich'))),"
-        " sys.exit(0)); marun.entry.main()"
+        " sys.exit(0)); marun.command.entry.main()"
     )
     res = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True
@@ -257,7 +258,7 @@ def test_ctrl_c_before_the_job_starts_ends_as_typer_ends_it(tmp_path: Path) -> N
     )  # fmt: skip
     argv = ["run", "--mode", "mindspore", "--nic", "lo", "--", "train.py"]
     ends = []
-    for start in (["-m", "marun"], ["-c", "from marun.cli import main; main()"]):
+    for start in (["-m", "marun"], ["-c", "from marun.command.cli import main; main()"]):
         proc = subprocess.Popen(
             [sys.executable, *start, *argv], cwd=tmp_path, env=env, stderr=subprocess.PIPE
         )

@@ -29,7 +29,8 @@ ALLOWED: dict[str, set[str]] = {
     "launch": {"inputs", "plan", "runtime", "mpi", "job"},
     "sim": {"inputs", "plan", "runtime", "mpi", "job", "launch", "run_argv"},
     "doctor": {"inputs", "plan", "runtime", "mpi", "job", "launch"},
-    "cli": {
+    # the `marun` command: typer's commands, the options they share, the console script
+    "command": {
         "inputs",
         "plan",
         "runtime",
@@ -39,17 +40,13 @@ ALLOWED: dict[str, set[str]] = {
         "doctor",
         "run_argv",
         "launch",
-        "cli_options",
         "report",
     },
     # `marun report`: reads the files a job wrote (job.json, result.json, events), no code of it
     "report": set(),
-    "cli_options": set(),  # the options `plan` and `run` share (typer annotations only)
     # `marun run`'s start path: a hand parser (run_argv) and launch, typer only when unsure
     "run_argv": set(),
-    # (and runtime.early_signals: a stop signal from the first moment of `marun run`)
-    "entry": {"run_argv", "launch", "cli", "runtime"},
-    "__main__": {"entry"},
+    "__main__": {"command"},
     "__init__": set(),
 }
 

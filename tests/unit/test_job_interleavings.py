@@ -45,7 +45,7 @@ from marun.job.phases import JobPhase
 from marun.job.protocol import PROTOCOL, LineBuffer, ProtocolError, decode, encode, new_nonce
 from marun.job.wire import Conn
 from marun.plan.coordination import Coordination
-from marun.runtime.rounds import RoundRule
+from marun.runtime.round_rule import RoundRule
 
 SECRET = b"interleavings"
 JOB = "job-i"

@@ -18,7 +18,7 @@ from marun.plan.modes import MODES
 
 
 def test_cli_modes_are_the_planners() -> None:
-    from marun.cli import Mode, SimMode
+    from marun.command.cli import Mode, SimMode
 
     assert [m.value for m in Mode] == ["auto", *MODES]
     assert {m.value for m in SimMode} == set(MODES)

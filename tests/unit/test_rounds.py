@@ -1,10 +1,10 @@
-"""The restart rounds' rule and words (marun.runtime.rounds), in-process."""
+"""The restart rounds' rule and words (marun.runtime.round_rule), in-process."""
 
 from __future__ import annotations
 
 import socket
 
-from marun.runtime.rounds import RoundRule, describe_cause, round_line, round_ports
+from marun.runtime.round_rule import RoundRule, describe_cause, round_line, round_ports
 
 
 def test_the_budget_is_spent_one_round_at_a_time() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import typer.main
 
-from marun.cli import app
+from marun.command.cli import app
 from marun.run_argv import FALSE_WORDS, RUN_OPTIONS, SETTING_OPTIONS, parse_run
 
 RUN = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]

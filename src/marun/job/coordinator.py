@@ -48,7 +48,7 @@ from marun.job.protocol import new_nonce
 from marun.job.roster import Roster
 from marun.job.wire import TICK, Conn, JobPort
 from marun.plan.coordination import Coordination
-from marun.runtime.rounds import RoundRule
+from marun.runtime.round_rule import RoundRule
 
 TICK_WALKS = 8192  # members the tick may walk a second (it walks all: lost nodes, the end)
 

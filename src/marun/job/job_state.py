@@ -15,7 +15,7 @@ from marun.job.heartbeat import job_interval
 from marun.job.phases import JOB_MOVES, JobPhase
 from marun.job.roster import MemberState, Roster
 from marun.plan.coordination import Coordination
-from marun.runtime.rounds import RoundRule
+from marun.runtime.round_rule import RoundRule
 
 
 class JobState:

@@ -11,7 +11,7 @@ from marun.job.coordinator import Coordinator
 from marun.job.member import Member
 from marun.job.protocol import job_secret
 from marun.plan.launch_plan import LaunchPlan
-from marun.runtime.rounds import RoundRule, planned_ports
+from marun.runtime.round_rule import RoundRule, planned_ports
 
 
 def open_link(plan: LaunchPlan, log: Any) -> Member:

@@ -28,7 +28,7 @@ from marun.job.messages import (
 )
 from marun.job.phases import JobPhase
 from marun.plan.coordination import HEARTBEAT, Coordination
-from marun.runtime.rounds import RoundRule
+from marun.runtime.round_rule import RoundRule
 
 DUMP_WAIT = 15.0  # seconds the watchdog waits for every node's stacks
 STALL = 3 * HEARTBEAT  # a gap this long between two looks: node 0's marun was not running

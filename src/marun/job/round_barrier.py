@@ -1,5 +1,5 @@
 """Node 0's restart rounds (docs/supervision.md, "Restart rounds"), as moves of the job's state
-(marun.job.job_state): a failure anywhere with rounds left (marun.runtime.rounds.RoundRule says)
+(marun.job.job_state): a failure anywhere with rounds left (marun.runtime.round_rule.RoundRule says)
 sends `restart {round, cause}`; every node stops its ranks and says `stopped {round}`; when every
 node of the job has (a node whose marun was replaced counts once its new marun is here: it runs
 nothing), `start {round, ports}` goes out, each node starts its ranks again and says `running
@@ -16,7 +16,7 @@ from marun.job.failure import Failure
 from marun.job.job_state import JobState
 from marun.job.phases import JobPhase
 from marun.job.roster import MemberState
-from marun.runtime.rounds import describe_cause, round_line, round_ports
+from marun.runtime.round_rule import describe_cause, round_line, round_ports
 
 
 def restart(job: JobState, code: int, failure: Failure, uptime: float | None) -> Failure | None:

@@ -1,6 +1,6 @@
 """The plan's coordination section (how the marun of each node of a multi-node job reports to
 node 0's, the leader's, so that the nodes start together and end together) and the job's shape
-each planner states (`JobShape`), from which marun.plan.coordinate builds that section.
+each planner states (`JobShape`), from which marun.plan.build_coordination builds that section.
 
 Values only: this module imports nothing of marun.plan, so the plan value (launch_plan) holds a
 `Coordination` without an import circle. The protocol is in marun.job and docs/supervision.md.

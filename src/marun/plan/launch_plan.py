@@ -186,7 +186,7 @@ class LaunchPlan:
     notes: tuple[str, ...] = field(default=())
     supervision: Supervision = field(default_factory=Supervision)
     # How this node's marun joins the job's others (multi-node jobs of every mode but MPI):
-    # built by marun.plan.coordinate from `shape`, never by the planner.
+    # built by marun.plan.build_coordination from `shape`, never by the planner.
     coordination: Coordination | None = None
     # The job's shape as the planner knows it (every planner states one; not part of the JSON
     # form, whose `coordination` says what run needs of it).

@@ -3,7 +3,7 @@ rounds left, this node's non-daemon processes are stopped (the stop signal, grac
 SIGKILL) while daemons (sshd, parameter servers) stay; once every one of them and everything in
 their process groups is gone, node 0 hears `stopped` (the barrier: no rank of round k meets one
 of round k+1), and its `start` of the round starts them again with the round's number and ports.
-A job of one node has no node 0 to ask: the same rule (marun.runtime.rounds) is applied here.
+A job of one node has no node 0 to ask: the same rule (marun.runtime.round_rule) is applied here.
 A base of `Supervisor` (marun.runtime.supervisor), which sets every attribute declared here."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from marun.runtime.output import end_the_line
 from marun.runtime.phase import Phase
 from marun.runtime.reaper import live_groups, signal_group
 from marun.runtime.result import ProcessRecord
-from marun.runtime.rounds import (
+from marun.runtime.round_rule import (
     RoundRule,
     describe_cause,
     planned_ports,

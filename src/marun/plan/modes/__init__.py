@@ -5,7 +5,7 @@ A planner is `plan(platform: Platform, all_nodes: bool) -> LaunchPlan`: a functi
 platform handed us (plus the bounded waits the platform's contract requires, such as a rank
 table still `initializing`) whose plan states the job's shape (`LaunchPlan.shape`). `plan_with`
 adds the supervision settings, checked first, so `marun plan` and `marun run` refuse the same
-inputs before any wait, and the coordination section (marun.plan.coordinate).
+inputs before any wait, and the coordination section (marun.plan.build_coordination).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from marun.errors import InputError, bad_value
 from marun.inputs.injected import Platform
-from marun.plan.coordinate import coordination_for
+from marun.plan.build_coordination import coordination_for
 from marun.plan.launch_plan import LaunchPlan, Supervision, execs_lone_process
 
 # The one list of modes; every other list of them is checked against it (tests/unit/test_modes).

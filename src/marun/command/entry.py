@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> None:
                 sys.stderr.write(f"marun: error: {exc}\n")
                 sys.exit(exc.exit_code)
             _exit_at_once(code)
-    from marun.cli import main as typer_main
+    from marun.command.cli import main as typer_main
 
     typer_main(args)
 

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from marun.cli_options import (
+from marun.command.options import (
     ArrivalOpt,
     CommandArg,
     ConfigOpt,
