@@ -1,6 +1,8 @@
-"""Every node's side (node 0's too): a thread that keeps this marun connected to the leader's
-coordinator, sends heartbeats, failures and the end, and hands what the leader says to the
-supervisor's loop through a pipe (marun.runtime.joblink.JobLink is the supervisor's view)."""
+"""Every node's side (node 0's too), the shell: a thread that keeps this marun connected to the
+leader's coordinator, sends heartbeats, failures and the end, and hands what the leader says to
+the supervisor's loop through a pipe (marun.runtime.joblink.JobLink is the supervisor's view).
+What each of node 0's lines and each turn of time mean is the member machine's
+(marun.job.member_machine); this carries its bytes and does what it returns."""
 
 from __future__ import annotations
 
@@ -14,13 +16,20 @@ import time
 import traceback
 from typing import Any
 
-from marun.exit_codes import LOST_EXIT
-from marun.inputs.numbers import is_port
 from marun.job.coordinator import Coordinator
 from marun.job.cputime import descendants_cpu
 from marun.job.handshake import read_challenge
 from marun.job.heartbeat import Backoff, Beat
-from marun.job.phases import MEMBER_MOVES, MemberPhase
+from marun.job.member_machine import (
+    Disconnect,
+    MemberAction,
+    MemberMachine,
+    Note,
+    Push,
+    Welcomed,
+)
+from marun.job.messages import leader_message
+from marun.job.phases import MemberPhase
 from marun.job.protocol import (
     PROTOCOL,
     LineBuffer,
@@ -35,7 +44,6 @@ from marun.runtime.joblink import JobEvent
 
 _RETRY = 0.5
 _STATE = ("failure", "stopped", "running", "end")  # said again after every hello (`_state`)
-_STALL = 3.0  # seconds between two turns of the loop (it turns every 0.2 s): this marun was frozen
 _UNSTARTED_END_WAIT = 10.0  # seconds a node that never started waits for the job's end
 
 
@@ -70,25 +78,15 @@ class Member:
         self._seq_out = 0
         self._send_lock = threading.Lock()
         self._sock_lock = threading.Lock()
-        # Where this node is in the job (marun.job.phases: the transitions). `_done` wakes
-        # report_end's wait on entering DONE; `_started_at` is when `start` came (None: never).
-        self.phase = MemberPhase.WAITING
-        self._started_at: float | None = None
-        self._round = 0  # the restart round this node last started (or was told to stop for)
+        # Where this node is in the job, and what that means (marun.job.member_machine).
+        # `_done` wakes report_end's wait once the machine is DONE.
+        self.machine = MemberMachine(coord, time.monotonic())
         self._done = threading.Event()
-        self._done_code: int | None = None
-        self._stop_event: JobEvent | None = None
         self._last_activity = time.monotonic()
         # Not a phase: the owner's request (close()) that the thread finish.
         self._close_requested = threading.Event()
-        self._tries = 0
-        self._last_error = ""
         self._backoff = Backoff()  # before the next try of a connection (marun.job.heartbeat)
-        self._welcomed = False  # the current connection had node 0's welcome
-        self._clash = ""  # why node 0's port turned this marun away (another job's, ...)
         self.instance = new_nonce()  # this marun process's (node 0 tells a restarted one apart)
-        self._leader_instance = ""  # node 0's coordinator's, from its welcome
-        self._said: set[str] = set()  # refusals logged already (each once)
         # What this node last said of its state (its failure, a round's `stopped` and `running`,
         # its `end`), said again right after every hello: said while not connected, or on a
         # connection node 0 had already closed (the kernel takes the line and it is lost), node
@@ -122,7 +120,7 @@ class Member:
         fields = {k: failure[k] for k in ("uptime",) if isinstance(failure.get(k), (int, float))}
         body = {k: v for k, v in failure.items() if k != "uptime"}
         body.update(node=self.coord.index, host=self._host)
-        self._send("failure", failure=body, round=self._round, **fields)
+        self._send("failure", failure=body, round=self.machine.round, **fields)
 
     def report_stopped(self, round_: int) -> None:
         self._send("stopped", round=round_)
@@ -144,23 +142,23 @@ class Member:
         done = False
         # A node that ends before the job started has nothing to wait for but node 0's word
         # that it heard (done): not an arrival time-out more.
-        limit = None if self._started_at is not None else time.monotonic() + _UNSTARTED_END_WAIT
+        limit = (
+            None if self.machine.started_at is not None else time.monotonic() + _UNSTARTED_END_WAIT
+        )
         while not done and self._thread.is_alive():
             done = self._done.wait(1.0)
             if limit is not None and time.monotonic() > limit:
                 break
         if not done:
             self._log("job_end_unknown", "warning")
-        if not done or self._done_code is None:
+        code = self.machine.done_code
+        if not done or code is None:
             return exit_code
-        return self._done_code
+        return code
 
-    def _enter(self, phase: MemberPhase) -> None:
-        """The one place the phase changes, checked against marun.job.phases.MEMBER_MOVES. DONE
-        wakes the wait at the end (report_end, in the supervisor's thread)."""
-        self.phase = MEMBER_MOVES.move(self.phase, phase, self._log)
-        if phase is MemberPhase.DONE:
-            self._done.set()
+    @property
+    def phase(self) -> MemberPhase:
+        return self.machine.phase
 
     def close(self) -> None:
         self._close_requested.set()
@@ -195,58 +193,40 @@ class Member:
 
     def _converse(self) -> None:
         buf = LineBuffer()
-        began = last_heard = last_turn = time.monotonic()
-        # The leader gives up on missing nodes after arrival_timeout; a member whose leader
-        # never answers gives up a peer_timeout later, naming it; one that node 0's port only
-        # ever turned away (another job's marun there) gives up after arrival_timeout.
-        give_up = last_heard + self.coord.arrival_timeout + self.coord.peer_timeout
         beat = Beat(self.coord)  # the job's heartbeat interval (marun.job.heartbeat)
         while not self._close_requested.is_set():
             now = time.monotonic()
-            gap, last_turn = now - last_turn, now
-            if gap > _STALL:
-                # This marun did not run (frozen by SIGSTOP, or starved): node 0's lines wait in
-                # the socket, read next; the silence was this node's, not node 0's.
-                self._log("member_stalled", "warning", seconds=round(gap, 1))
-                last_heard = max(last_heard, now)
-                give_up += gap
-            clashed = bool(self._clash) and not self._leader_instance
-            if self.phase is MemberPhase.WAITING and (
-                now >= give_up or (clashed and now - began >= self.coord.arrival_timeout)
-            ):
-                self._stop_event = self._lost_leader("before the start")
-                self._push(self._stop_event)
-                self._disconnect()
-                self._enter(MemberPhase.DONE)
+            self._apply(self.machine.turn(now, connected=self._sock is not None))
+            if self.machine.gave_up:
                 return
             if self._sock is None:
-                if self._started_at is not None and now - last_heard > self.coord.peer_timeout:
-                    self._lost(
-                        f"no word from node {self.coord.leader}'s marun for "
-                        f"{self.coord.peer_timeout:g}s"
-                    )
-                    return
                 if now < self._backoff.next_try:
                     time.sleep(min(0.2, self._backoff.next_try - now))
                 elif self._connect():
                     buf = self._buf
-                    last_heard = time.monotonic()
                 else:
-                    self._backoff.failed(turned_away=bool(self._clash))
+                    self._backoff.failed(turned_away=bool(self.machine.clash))
                 continue
             if beat.due(now):
                 self._heartbeat(now)
-            if now - last_heard > self.coord.peer_timeout:
-                self._lost(
-                    f"no word from node {self.coord.leader}'s marun for "
-                    f"{self.coord.peer_timeout:g}s"
-                )
-                return
             sock = self._sock
-            if sock is not None and self._read_leader(sock, buf):
-                last_heard = time.monotonic()
-            if self._sock is None and not self._welcomed:
+            if sock is not None:
+                self._read_leader(sock, buf)
+            if self._sock is None and not self.machine.welcomed:
                 self._backoff.failed(turned_away=True)  # closed without a welcome
+
+    def _apply(self, actions: list[MemberAction]) -> None:
+        for action in actions:
+            if isinstance(action, Push):
+                self._push(action.event)
+            elif isinstance(action, Note):
+                self._log(action.event, action.level, **action.fields)
+            elif isinstance(action, Disconnect):
+                self._disconnect()
+            elif isinstance(action, Welcomed):
+                self._backoff.reset()
+        if self.machine.done:
+            self._done.set()
 
     def _heartbeat(self, now: float) -> None:
         fields: dict[str, Any] = {"idle": round(now - self._last_activity, 2)}
@@ -256,28 +236,27 @@ class Member:
                 fields["cpu"] = round(cpu, 2)
         self._send("hb", **fields)
 
-    def _read_leader(self, sock: socket.socket, buf: LineBuffer) -> bool:
-        """What node 0 sent within 0.2 s, handled; True when a message of the job's came."""
+    def _read_leader(self, sock: socket.socket, buf: LineBuffer) -> None:
+        """What node 0 sent within 0.2 s, to the machine."""
         try:
             ready, _, _ = select.select([sock], [], [], 0.2)
         except (OSError, ValueError):
             self._disconnect()
-            return False
+            return
         if not ready:
-            return False
+            return
         try:
             data = sock.recv(1 << 16)
         except OSError:
             data = b""
         if not data:
             self._disconnect()
-            return False
+            return
         try:
             lines = buf.feed(data)
         except ProtocolError:
             self._disconnect()
-            return False
-        heard = False
+            return
         for line in lines:
             try:
                 body = decode(self._secret, self.coord.job, line)
@@ -285,16 +264,13 @@ class Member:
             except ProtocolError as exc:
                 self._log("job_message_refused", "warning", source="leader", reason=str(exc))
                 continue
-            heard = True
-            self._handle(body)
-        return heard
+            self._apply(self.machine.heard(leader_message(body), time.monotonic()))
 
     def _connect(self) -> bool:
-        self._tries += 1
         try:
             sock = socket.create_connection(self._target, timeout=2.0)
         except OSError as exc:
-            self._last_error = exc.strerror or str(exc)
+            self._apply(self.machine.connect_failed(exc.strerror or str(exc)))
             return False
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
@@ -302,25 +278,26 @@ class Member:
                 sock, self._secret, self.coord, self._host
             )
         except (OSError, ProtocolError) as exc:
-            self._last_error = f"no challenge from node {self.coord.leader}'s marun: {exc}"
+            clash = ""
             if isinstance(exc, ProtocolError) and "another job" in str(exc):
-                self._clash = f"{self._target[0]}:{self._target[1]} is another job's marun: {exc}"
-                self._say_once(self._clash)
+                clash = f"{self._target[0]}:{self._target[1]} is another job's marun: {exc}"
+            error = f"no challenge from node {self.coord.leader}'s marun: {exc}"
+            self._apply(self.machine.connect_failed(error, clash))
             with contextlib.suppress(OSError):
                 sock.close()
             return False
+        self.machine.connected(time.monotonic())
         with self._send_lock:
             self._peer, self._mine, self._seq_out = peer, new_nonce(), 0
             self._sock = sock
-            self._welcomed = False
         self._send(
             "hello",
             host=self._host,
             daemons_only=self._daemons_only,
             nonce=self._mine,
             instance=self.instance,
-            leader=self._leader_instance,
-            started=self._started_at is not None,
+            leader=self.machine.leader_instance,
+            started=self.machine.started_at is not None,
             version=PROTOCOL,
         )
         with self._send_lock:
@@ -335,85 +312,6 @@ class Member:
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.close()
-
-    def _handle(self, body: dict[str, Any]) -> None:
-        kind = body["type"]
-        if kind == "welcome":
-            self._leader_instance = str(body.get("instance", ""))
-            self._welcomed = True
-            self._backoff.reset()
-        elif kind == "refused":
-            self._clash = f"node {self.coord.leader}'s marun refused this one: {body.get('why')}"
-            self._say_once(self._clash)
-            self._last_error = f"refused: {body.get('why')}"
-        elif kind == "start":
-            self._on_start(body)
-        elif kind == "restart" and int(body.get("round", 0)) > self._round:
-            self._round = int(body["round"])
-            if self._started_at is not None and self.phase is MemberPhase.RUNNING:
-                self._enter(MemberPhase.RESTARTING)
-            self._push(JobEvent("restart", self._round, body.get("cause")))
-        elif kind == "stop":
-            event = JobEvent("stop", int(body.get("code", LOST_EXIT)), body.get("failure"))
-            if self._stop_event is None:
-                self._stop_event = event
-                self._enter(MemberPhase.STOPPING)
-                self._push(event)
-        elif kind == "dump":
-            # code 1: a sample for the watchdog to compare, not the dump of a hang
-            self._push(JobEvent("dump", 1 if body.get("sample") else 0, None))
-        elif kind == "done":
-            self._done_code = int(body.get("code", 0))
-            self._enter(MemberPhase.DONE)
-
-    def _on_start(self, body: dict[str, Any]) -> None:
-        """`start` of round 0 or of restart round k, each once; with the round's ports."""
-        round_ = int(body.get("round", 0))
-        if round_ == 0 and self._started_at is not None:
-            return
-        if round_ and self._started_at is not None and self.phase is not MemberPhase.RESTARTING:
-            return  # a reconnection's reminder of the round this node runs
-        if round_ < self._round or self.phase not in (MemberPhase.WAITING, MemberPhase.RESTARTING):
-            return  # (stopping or done: no start of anything now)
-        self._round = round_
-        self._started_at = self._started_at or time.monotonic()
-        self._enter(MemberPhase.RUNNING)
-        ports = body.get("ports") or {}
-        clean = {
-            str(k)[:64]: str(v)
-            for k, v in ports.items()
-            if isinstance(v, int) and not isinstance(v, bool) and is_port(v)
-        }
-        self._push(JobEvent("start", round_, {"ports": clean} if round_ else None))
-
-    def _say_once(self, why: str) -> None:
-        if why not in self._said:
-            self._said.add(why)
-            self._log("job_refused", "error", reason=why)
-
-    def _lost_leader(self, when: str) -> JobEvent:
-        if self._clash and not self._leader_instance:  # turned away every time: say why
-            why = (
-                f"{self._clash}; stopped trying after arrival_timeout "
-                f"{self.coord.arrival_timeout:g}s ({self._tries} tries): two jobs on one job "
-                "port (set job_port, or MA_VJ_NAME / MARUN_JOB_TOKEN per job)"
-            )
-        else:
-            why = (
-                f"node {self.coord.leader} ({self.coord.host}:{self.coord.port}) not reachable "
-                f"{when}: {self._tries} tries over "
-                f"{self.coord.arrival_timeout + self.coord.peer_timeout:g}s"
-                + (f", last: {self._last_error}" if self._last_error else "")
-            )
-        return _leader_stop(self.coord.leader, why)
-
-    def _lost(self, why: str) -> None:
-        event = _leader_stop(self.coord.leader, why)
-        self._disconnect()
-        if self._stop_event is None:
-            self._stop_event = event
-            self._push(event)
-        self._enter(MemberPhase.DONE)
 
     def _push(self, event: JobEvent) -> None:
         self._events.put(event)
@@ -437,8 +335,3 @@ class Member:
                 sock.sendall(line)
             except OSError:
                 self._disconnect()
-
-
-def _leader_stop(leader: int, why: str) -> JobEvent:
-    """This node's own stop for node 0's loss (it never answered, or went silent)."""
-    return JobEvent("stop", LOST_EXIT, {"node": leader, "exit_code": LOST_EXIT, "why": why})

@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Union
 
+from marun.exit_codes import LOST_EXIT
+from marun.inputs.numbers import is_port
 from marun.job.failure import Failure
 
 
@@ -93,4 +95,89 @@ def member_message(body: Mapping[str, Any]) -> MemberMessage | None:
         return Stacks(str(body.get("text", "")))
     if kind == "end":
         return End(str(body.get("outcome"))[:40], int(body.get("exit_code", 0)))
+    return None
+
+
+# -- what node 0 says to a member ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Welcome:
+    instance: str  # node 0's coordinator's
+
+
+@dataclass(frozen=True)
+class Refused:
+    why: str
+
+
+@dataclass(frozen=True)
+class Start:
+    round: int
+    ports: dict[str, str]  # the round's ports that move (valid port numbers only)
+
+
+@dataclass(frozen=True)
+class Restart:
+    round: int
+    cause: Failure | None
+
+
+@dataclass(frozen=True)
+class StopJob:
+    code: int
+    failure: Failure | None
+
+
+@dataclass(frozen=True)
+class Dump:
+    sample: bool  # a sample for the hang watchdog to compare, not the dump of a hang
+
+
+@dataclass(frozen=True)
+class Done:
+    code: int
+
+
+@dataclass(frozen=True)
+class LeaderBeat:
+    pass
+
+
+LeaderMessage = Union[Welcome, Refused, Start, Restart, StopJob, Dump, Done, LeaderBeat]
+
+
+def _ports(value: object) -> dict[str, str]:
+    if not isinstance(value, dict):
+        return {}
+    return {
+        str(k)[:64]: str(v)
+        for k, v in value.items()
+        if isinstance(v, int) and not isinstance(v, bool) and is_port(v)
+    }
+
+
+def _failure(value: object) -> Failure | None:
+    return Failure.from_wire(value) if isinstance(value, dict) else None
+
+
+def leader_message(body: Mapping[str, Any]) -> LeaderMessage | None:
+    """The typed message of a decoded body from node 0 (None: a type node 0 does not send)."""
+    kind = body["type"]
+    if kind == "welcome":
+        return Welcome(str(body.get("instance", "")))
+    if kind == "refused":
+        return Refused(str(body.get("why", ""))[:2000])
+    if kind == "start":
+        return Start(int(body.get("round", 0)), _ports(body.get("ports")))
+    if kind == "restart":
+        return Restart(int(body.get("round", 0)), _failure(body.get("cause")))
+    if kind == "stop":
+        return StopJob(int(body.get("code", LOST_EXIT)), _failure(body.get("failure")))
+    if kind == "dump":
+        return Dump(body.get("sample") is True)
+    if kind == "done":
+        return Done(int(body.get("code", 0)))
+    if kind == "hb":
+        return LeaderBeat()
     return None
