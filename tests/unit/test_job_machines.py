@@ -1,0 +1,190 @@
+"""Node 0's job machine and a node's member machine alone: no socket, thread, clock or process,
+just events in (with the time passed in) and actions out. The same machines run under the real
+shells in tests/unit/test_job_interleavings.py, test_job_scenarios.py and tests/cli."""
+
+from __future__ import annotations
+
+import ast
+import signal
+from pathlib import Path
+
+from marun.job.actions import Action, Announce, Bind, Broadcast, Refuse, Send, TurnAway, WriteReport
+from marun.job.failure import Failure
+from marun.job.machine import CLOSED_LOST, JobMachine
+from marun.job.member_machine import Disconnect, MemberMachine, Push
+from marun.job.messages import (
+    Done,
+    End,
+    FailureSaid,
+    Hello,
+    Restart,
+    Running,
+    Start,
+    StopJob,
+    Stopped,
+    Welcome,
+)
+from marun.job.phases import JobPhase, MemberPhase
+from marun.job.protocol import PROTOCOL
+from marun.plan.coordination import Coordination
+from marun.runtime.round_rule import RoundRule
+
+PACKAGE = Path(__file__).resolve().parents[2] / "src" / "marun"
+PURE = ("machine", "job_state", "admission", "round_barrier", "member_machine", "messages",
+        "failure", "actions", "roster", "phases")  # fmt: skip
+IMPURE = {"socket", "selectors", "threading", "time", "subprocess", "os", "select", "signal"}
+WALL = 1.7e9
+
+
+def _coord(**kw: object) -> Coordination:
+    base: dict[str, object] = dict(
+        host="10.0.0.1", port=29400, nodes=3, index=0, job="j", arrival_timeout=30.0,
+        peer_timeout=10.0,
+    )  # fmt: skip
+    base.update(kw)
+    return Coordination(**base)  # type: ignore[arg-type]
+
+
+def _hello(node: int, instance: str = "", **kw: object) -> Hello:
+    fields: dict[str, object] = dict(
+        node=node, slot=0, instance=instance or f"i{node}", host=f"h{node}", leader="",
+        started=False, daemons_only=False, version=PROTOCOL,
+    )  # fmt: skip
+    fields.update(kw)
+    return Hello(**fields)  # type: ignore[arg-type]
+
+
+def _kinds(actions: list[Action]) -> list[str]:
+    return [a.kind for a in actions if isinstance(a, (Send, Broadcast))]
+
+
+def test_the_machines_hold_no_socket_thread_clock_or_process() -> None:
+    for name in PURE:
+        tree = ast.parse((PACKAGE / "job" / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                assert not {a.name.split(".")[0] for a in node.names} & IMPURE, name
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                assert node.module.split(".")[0] not in IMPURE, name
+
+
+def _started(budget: int = 0) -> tuple[JobMachine, float]:
+    rule = RoundRule(budget) if budget else None
+    m = JobMachine(_coord(), "leader", rule=rule, ports={}, now=0.0, wall=WALL)
+    for node in range(3):
+        actions = m.hello(f"c{node}", f"10.0.0.{node + 1}", _hello(node), 1.0, WALL + 1)
+        assert isinstance(actions[0], Bind)
+    assert m.job.phase is JobPhase.RUNNING
+    assert _kinds(actions)[-1] == "start"
+    return m, 2.0
+
+
+def test_the_barrier_opens_on_the_last_node_and_not_before() -> None:
+    m = JobMachine(_coord(), "leader", now=0.0, wall=WALL)
+    for node in range(2):
+        assert "start" not in _kinds(m.hello(f"c{node}", "a", _hello(node), 1.0, WALL))
+    assert any(isinstance(a, Announce) for a in m.hello("c2", "a", _hello(2), 1.0, WALL))
+    assert m.job.phase is JobPhase.RUNNING
+
+
+def test_a_failure_with_a_round_left_restarts_and_a_stop_signal_in_the_round_ends_the_job() -> None:
+    m, t = _started(budget=2)
+    failure = Failure(node=1, rank=3, exit_code=3)
+    out = m.message("c1", (1, 0), "failure", FailureSaid(failure, 0, 99.0), t, WALL + t)
+    assert _kinds(out) == ["restart"] and m.job.phase is JobPhase.RESTARTING
+    # node 2's marun gets SIGTERM inside the round's stop barrier: the job ends with 143, no round
+    signalled = Failure(node=2, exit_code=128 + signal.SIGTERM, stop_signal="SIGTERM")
+    out = m.message("c2", (2, 0), "failure", FailureSaid(signalled, 1, None), t, WALL + t)
+    assert _kinds(out) == ["stop"] and m.job.exit_code == 143
+    for node in range(3):  # the nodes' `stopped` start nothing now
+        assert "start" not in _kinds(m.message(f"c{node}", (node, 0), "stopped", Stopped(1), t, t))
+    assert len(m.job.rounds) == 1
+
+
+def test_a_round_starts_when_every_node_said_stopped_and_its_line_once_all_run() -> None:
+    m, t = _started(budget=1)
+    m.message(
+        "c1", (1, 0), "failure", FailureSaid(Failure(node=1, rank=3, exit_code=3), 0, 99.0), t, WALL
+    )
+    for node in range(3):
+        out = m.message(f"c{node}", (node, 0), "stopped", Stopped(1), t, WALL)
+    assert _kinds(out) == ["start"] and m.job.phase is JobPhase.RUNNING
+    lines = []
+    for node in range(3):
+        out = m.message(f"c{node}", (node, 0), "running", Running(1, 2), t, WALL + 0.25)
+        lines += [a for a in out if isinstance(a, Announce)]
+    assert len(lines) == 1 and "round 1/1" in lines[0].text and "all 6 ranks" in lines[0].text
+
+
+def test_a_closed_connection_without_a_goodbye_is_lost_after_closed_lost_unless_it_comes_back() -> (
+    None
+):
+    m, t = _started()
+    m.closed("c1", t)
+    assert _kinds(m.tick(t + CLOSED_LOST / 2, WALL)) == []
+    m.hello("c1b", "a", _hello(1), t + 1.0, WALL)  # the same marun reconnects: a blip
+    assert _kinds(m.tick(t + CLOSED_LOST + 1, WALL)) == []
+    m.closed("c1b", t + 2)
+    out = m.tick(t + 2 + CLOSED_LOST + 0.1, WALL)
+    assert _kinds(out) == ["stop"] and m.job.members[(1, 0)].outcome == "lost"
+
+
+def test_a_frozen_node_that_comes_back_is_counted_again_and_the_job_ends_with_every_node() -> None:
+    m, t = _started(budget=1)
+    for node in (0, 2):
+        m.message(f"c{node}", (node, 0), "hb", None, t + 11, WALL)
+    out = m.tick(t + 11, WALL)  # node 1 silent past peer_timeout: lost, a round
+    assert _kinds(out) == ["restart"] and m.job.members[(1, 0)].outcome == "lost"
+    m.message("c1", (1, 0), "stopped", Stopped(1), t + 12, WALL)  # it resumes: the same marun
+    assert m.job.members[(1, 0)].outcome is None
+    for node in (0, 2):
+        out = m.message(f"c{node}", (node, 0), "stopped", Stopped(1), t + 12, WALL)
+    assert _kinds(out) == ["start"]
+    for node in range(3):
+        m.message(f"c{node}", (node, 0), "end", End("succeeded", 0), t + 13, WALL)
+    out = m.tick(t + 13, WALL)
+    assert isinstance(out[0], WriteReport) and _kinds(out) == ["done"] and m.job.exit_code == 0
+
+
+def test_strangers_a_second_marun_and_another_version_are_turned_away() -> None:
+    m, t = _started()
+    assert isinstance(m.hello("x", "a", _hello(7), t, WALL)[0], TurnAway)  # not of this job
+    out = m.hello("y", "a", _hello(1, instance="other"), t, WALL)  # node 1's marun still talks
+    assert isinstance(out[0], TurnAway) and m.job.members[(1, 0)].conn == "c1"
+    assert isinstance(m.hello("z", "a", _hello(2, version=PROTOCOL + 1), t, WALL)[0], TurnAway)
+    assert isinstance(m.hello("c0", "a", _hello(0), t, WALL)[0], Refuse)  # a second hello
+    assert isinstance(m.message("q", (2, 0), "hb", None, t, WALL)[0], Refuse)  # before hello
+
+
+def test_a_member_gives_up_on_a_port_that_only_ever_turned_it_away_after_arrival_timeout() -> None:
+    mm = MemberMachine(_coord(index=1), now=0.0)
+    mm.connect_failed("no challenge", clash="10.0.0.1:29400 is another job's marun: job id x")
+    out = []
+    for tenth in range(1, 300):  # the loop turns every 0.2 s at most
+        assert mm.turn(tenth / 10, connected=False) == []
+    out = mm.turn(30.05, connected=False)
+    stop = [a.event for a in out if isinstance(a, Push)]
+    assert stop and stop[0].kind == "stop" and "two jobs on one job port" in str(stop[0].failure)
+    assert any(isinstance(a, Disconnect) for a in out) and mm.gave_up
+
+
+def test_a_member_follows_start_restart_stop_done_and_a_stall_is_its_own() -> None:
+    mm = MemberMachine(_coord(index=1), now=0.0)
+    mm.connected(0.1)
+    mm.heard(Welcome("leader"), 0.2)
+    out = mm.heard(Start(0, {}), 0.3)
+    assert [a.event.kind for a in out if isinstance(a, Push)] == ["start"]
+    assert mm.heard(Start(0, {}), 0.4) == []  # a reconnection's reminder: once
+    mm.heard(Restart(1, Failure(node=2, rank=1, exit_code=1)), 1.0)
+    assert mm.phase is MemberPhase.RESTARTING
+    assert mm.turn(20.0, connected=True)[0].event == "member_stalled"  # type: ignore[union-attr]
+    assert not mm.gave_up  # frozen itself for 19 s: node 0 is not lost for that
+    out = mm.heard(StopJob(143, Failure(stop_signal="SIGTERM", exit_code=143)), 20.1)
+    assert [a.event.code for a in out if isinstance(a, Push)] == [143]
+    mm.heard(Done(143), 20.2)
+    assert mm.done and mm.done_code == 143
+
+
+def test_at_most_ten_modules_at_the_top_of_the_package() -> None:
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 10, top
