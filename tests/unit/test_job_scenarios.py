@@ -1,7 +1,8 @@
 """The job's promises as scenario tables (tests/data/job_scenarios/*.txt, the format at the top
 of each file), in the way etcd's raft keeps its testdata: each scenario drives node 0's real
-coordinator and three nodes modelled on the wire with a fake clock (the harness of
-tests/unit/test_job_interleavings.py), checks that harness's invariants after every step, and
+job machine alone over a fake network (tests/unit/test_job_machine_interleavings.py), and again
+through the real coordinator's port (tests/unit/test_job_interleavings.py), with three nodes
+modelled on the wire and a fake clock; it checks the harness's invariants after every step, and
 its own expectations where it says `expect`."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from test_job_interleavings import JOB, JobInterleavings
+from test_job_machine_interleavings import MachineInterleavings
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "data" / "job_scenarios"
 
@@ -86,9 +88,15 @@ def _step(job: JobInterleavings, words: list[str]) -> None:
         raise ValueError(f"unknown step {' '.join(words)!r}")
 
 
+# Each scenario against node 0's job machine alone over a fake network (`machine`), and through
+# the real shell (the coordinator's port, signed lines over socket pairs: `shell`).
+HARNESSES = {"machine": MachineInterleavings, "shell": JobInterleavings}
+
+
+@pytest.mark.parametrize("harness", sorted(HARNESSES))
 @pytest.mark.parametrize(("name", "lines"), ALL, ids=[name for name, _ in ALL])
-def test_scenario(name: str, lines: list[str]) -> None:
-    job = JobInterleavings()
+def test_scenario(name: str, lines: list[str], harness: str) -> None:
+    job = HARNESSES[harness]()
     try:
         budget = 0
         steps = list(lines)
