@@ -4,6 +4,9 @@
 #
 #   scripts/images.sh [build] [ENGINE...]   build localhost/marun-<engine> (default: all of
 #                                           mpi pytorch mindspore tensorflow ascend)
+#   scripts/images.sh base [ENGINE...]      only steps 1-3: the stand-in base under each
+#                                           engine's framework-image name, no marun in it
+#                                           (tests/e2e/test_preset_images.py)
 #   scripts/images.sh podman ARGS...        podman on the same storage and settings, e.g.
 #                                           scripts/images.sh podman run --rm localhost/marun-mpi --help
 #   scripts/images.sh context DIR [X.Y]     only write a build context for `docker build` (wheels
@@ -30,7 +33,9 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-W=${MARUN_IMAGES_DIR:-$REPO/.cache/images}
+# The real path: podman's storage remembers the path it was made under and refuses another
+# (a worktree's .cache/images linked to the main checkout's).
+W=$(realpath -m "${MARUN_IMAGES_DIR:-$REPO/.cache/images}")
 ENGINES=(mpi pytorch mindspore tensorflow ascend)
 BASE=localhost/bookworm-min:latest
 MPI4PY=${MARUN_MPI4PY:-mpi4py==4.1.2} # the release scripts/frameworks.sh tests with
@@ -108,7 +113,11 @@ if [[ ${1:-} == context ]]; then
     say "build context for Python $version in $2; e.g. docker build -f $2/docker/pytorch/Dockerfile $2"
     exit 0
 fi
-[[ ${1:-} == build ]] && shift
+base_only=0
+case ${1:-} in
+build) shift ;;
+base) base_only=1; shift ;;
+esac
 engines=("$@")
 ((${#engines[@]})) || engines=("${ENGINES[@]}")
 for engine in "${engines[@]}"; do
@@ -178,6 +187,10 @@ for engine in "${engines[@]}"; do
     [[ -n $default ]] || die "docker/$engine/Dockerfile has no 'ARG BASE_IMAGE=<default>' line"
     pm tag "$BASE" "$default"
 done
+if ((base_only)); then
+    say "done in $((SECONDS - started)) s: $BASE, tagged as each engine's framework image"
+    exit 0
+fi
 
 # 4. build context, each part remade only when what it is made from changed (a run with nothing
 # changed then costs no pip or apt work: about 10 s of its 27 s here went to downloading the same

@@ -5,7 +5,8 @@ failure)").
 result.json (schema 1), written atomically, mode 0600:
     {"schema": 1, "mode", "node", "host",
      "outcome": "succeeded" | "failed" | "interrupted",
-     "exit_code": marun's own exit code,
+     "exit_code": the code marun exits with (on a node of a multi-node job: the job's, as
+                  node 0 ended it; written again when the job's end changes it),
      "signal": the signal that interrupted the job (name) or null,
      "first_failure": {"name", "rank", "pid", "exit_code", "signal"} or null,
      "started", "ended": ISO 8601 local time with offset, "duration": seconds,
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from marun.exit_codes import signal_exit
 from marun.plan.launch_plan import ERROR_FILE_VAR, ProcessSpec
 from marun.runtime.reaper import Ending
 from marun.runtime.signals import signal_name
@@ -140,6 +142,16 @@ class JobRecord:
             "rounds": self.rounds,
             "processes": [p.to_dict() for p in self.processes],
         }
+
+
+def outcome_of(exit_code: int, signum: int | None) -> str:
+    """The outcome that goes with marun's exit code: 128+N after stop signal N is an
+    interruption, any other non-zero code a failure."""
+    if exit_code == 0:
+        return "succeeded"
+    if signum is not None and exit_code == signal_exit(signum):
+        return "interrupted"
+    return "failed"
 
 
 def write_result(directory: str, job: JobRecord) -> str:

@@ -20,6 +20,7 @@ from marun.runtime.result import (
     failure_summary,
     job_failure_summary,
     nested_summary,
+    outcome_of,
     write_result,
 )
 from marun.runtime.signals import Interrupted, interruptible, signal_name
@@ -45,18 +46,21 @@ class SupervisorReport:
     def _finish(self) -> int:
         job = self.job
         job.ended = time.time()
-        directory = self._record_dir()
-        path: str | None = None
-        try:
-            path = write_result(directory, job)
-        except OSError as exc:
-            self._emit("result_not_written", "warning", directory=directory, error=exc.strerror)
+        # Written now, with this node's own end: a node killed while it waits for the job's end
+        # below still leaves its record.
+        path = self._write_result()
         if job.first_failure is not None and self._link is None:
             # A coordinated node prints the job's summary instead, once the job has ended.
             self._say(failure_summary(job) if self._options.prefix_output else nested_summary(job))
         code = job.exit_code
         if self._link is not None:
             code = self._end_of_job()
+            if code != job.exit_code:
+                # marun exits with the job's code (node 0's word, or a signal while it waited):
+                # result.json says the code marun exits with.
+                job.exit_code = code
+                job.outcome = outcome_of(code, job.signal)
+                path = self._write_result()
         self._emit(
             "job_finished",
             outcome=job.outcome,
@@ -75,7 +79,10 @@ class SupervisorReport:
         except Interrupted as exc:
             # Stopped while waiting for the rest of the job (the platform ends the pod).
             self._emit("signal_received", "warning", signal=signal_name(exc.signum), phase="end")
-            code = self.job.exit_code or signal_exit(exc.signum)
+            code = self.job.exit_code
+            if not code:  # this node's own end was clean: the signal is what ends it now
+                code = signal_exit(exc.signum)
+                self.job.signal = exc.signum
         stop = self._job_stop
         for event in self._link.poll():
             if event.kind == "stop" and stop is None:
@@ -87,6 +94,15 @@ class SupervisorReport:
         elif self.job.first_failure is not None:
             self._say(failure_summary(self.job))
         return code
+
+    def _write_result(self) -> str | None:
+        """result.json (atomically): its path, or None when it could not be written."""
+        directory = self._record_dir()
+        try:
+            return write_result(directory, self.job)
+        except OSError as exc:
+            self._emit("result_not_written", "warning", directory=directory, error=exc.strerror)
+            return None
 
     def _record_dir(self) -> str:
         """Where result.json and marun's events file go."""

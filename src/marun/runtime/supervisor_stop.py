@@ -96,7 +96,9 @@ class SupervisorStop(SupervisorReport):
             )
             if signum in STOP and self._phase in LIVE:
                 self._pending.clear()
-                if self._daemons_only:
+                if self._daemons_only and self._link is None:
+                    # How a lone ps (or sshd) container ends. With a job, its end is the job's
+                    # `done`; a signal before that is the job's failure (below), 128+N.
                     self.job.outcome = "succeeded"
                     self.job.exit_code = 0
                 else:
