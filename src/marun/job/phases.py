@@ -18,7 +18,7 @@ states"), as the supervisor's `Phase` and torch elastic's `WorkerState` are.
 
 `stop` is sent once, on entering STOPPING (with the job's exit code and first failure); `done`
 once, on entering DONE (with the job's exit code). job.json is written after DONE. RESTARTING ->
-RUNNING is the one transition back (marun.job.restart_rounds), each time with a higher round.
+RUNNING is the one transition back (marun.job.round_barrier), each time with a higher round.
 
 `MemberPhase`, every node's marun's view; also only forward:
 
