@@ -12,7 +12,7 @@ Invariants after every step: no handler raised (and, MARUN_STRICT_PHASES=1, no p
 outside marun.job.phases.JOB_MOVES); rounds <= max_restarts; a stop signal to a node whose job
 was live ends the job with 128+N and no round begins after it; no connection of another job
 is ever a member. At the end (every node let run): the job reaches DONE within a bounded time,
-and every node that is still there was told the job's exit code.
+and every node that is still there was told the job's exit code, which job.json says too.
 
 MARUN_PROPERTY_EXAMPLES sets the example count (the fast lane's default; the slow lane runs
 thousands: tests/cli/test_job_interleavings_many.py).
@@ -454,9 +454,15 @@ class JobInterleavings(RuleBasedStateMachine):
         assert self.job.phase is JobPhase.DONE, (self.job.phase, spent, self.events[-8:])
         self._settle()
         code = self.job.exit_code
+        # job.json agrees with what every node was told: the job's code, its rounds, and an end
+        # for every node that heard `done`
+        report = self.job.report()
+        assert report["exit_code"] == code and report["round"] == len(self.job.rounds)
         for node in self.nodes:
             if node.alive and node.done_code is not None:
                 assert node.done_code == code, (node.index, node.done_code, code)
+                slot = report["nodes"][node.index]["slots"][0]
+                assert slot["outcome"] not in (None, "missing") and slot["ended"], slot
         if self.signalled is not None:
             assert code == self.signalled[0]
 

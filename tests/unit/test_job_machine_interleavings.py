@@ -40,6 +40,7 @@ from marun.job.machine import JobMachine
 from marun.job.messages import Hello, member_message
 from marun.job.phases import JobPhase
 from marun.job.protocol import PROTOCOL, ProtocolError, decode, encode, new_nonce
+from marun.job.report import state_report
 from marun.job.roster import Roster
 from marun.plan.coordination import Coordination
 from marun.runtime.round_rule import RoundRule
@@ -82,6 +83,9 @@ class MachineView:
     @property
     def rounds(self) -> list[dict[str, Any]]:
         return self.machine.job.rounds
+
+    def report(self) -> dict[str, Any]:
+        return state_report(self.machine.job, 0)
 
 
 class MachineInterleavings(JobInterleavings):
