@@ -47,6 +47,7 @@ sys.path.insert(
     0, os.environ.get("MARUN_BENCH_SRC", str(Path(__file__).resolve().parents[1] / "src"))
 )
 from marun.job.protocol import PROTOCOL, ProtocolError, decode, encode, fresh, new_nonce
+from marun.sim.simulate import free_port
 
 try:  # the job's heartbeat interval (part 15); a source from before it: one a second
     from marun.job import heartbeat as _heartbeat
@@ -81,12 +82,21 @@ nodes, slots, port = map(int, sys.argv[1:4])
 coord = Coordination(host="127.0.0.1", port=port, nodes=nodes, index=0, job=sys.argv[4],
                      slots=slots, arrival_timeout=600.0, peer_timeout=float(sys.argv[5]),
                      auth="token")
-_stop = Coordinator._stop
-def timed_stop(self, code, failure):  # node 0's own part of the fan-out: every stop signed, sent
-    t = time.perf_counter()
-    _stop(self, code, failure)
-    print("stop_sent", time.perf_counter() - t, flush=True)
-Coordinator._stop = timed_stop
+if hasattr(Coordinator, "_apply"):  # the job machine's shell: the stop's actions carried out
+    _apply = Coordinator._apply
+    def timed_apply(self, actions):  # node 0's own part of the fan-out: every stop signed, sent
+        t = time.perf_counter()
+        _apply(self, actions)
+        if any(getattr(a, "kind", None) == "stop" and not hasattr(a, "key") for a in actions):
+            print("stop_sent", time.perf_counter() - t, flush=True)
+    Coordinator._apply = timed_apply
+else:  # before part 18's machine (a baseline's source on PYTHONPATH)
+    _stop = Coordinator._stop
+    def timed_stop(self, code, failure):
+        t = time.perf_counter()
+        _stop(self, code, failure)
+        print("stop_sent", time.perf_counter() - t, flush=True)
+    Coordinator._stop = timed_stop
 if os.environ.get("BENCH_PROFILE"):  # node 0's loop profiled 3 s to 23 s after the start
     import cProfile, pstats
     from marun.job.phases import JobPhase
@@ -318,9 +328,8 @@ async def measure(
 ) -> Result:  # fmt: skip
     res = Result(f"{nodes}x{slots}", nodes * slots)
     res.every = interval(nodes * slots, peer_timeout, beats)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    # below the ephemeral range: 8,192 connections of the run before may hold any port of it
+    port = free_port()
     env = bench_env({"MARUN_JOB_TOKEN": TOKEN})
     argv = [str(nodes), str(slots), str(port), JOB, str(peer_timeout), str(beats)]
     node0 = subprocess.Popen(
