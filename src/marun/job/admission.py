@@ -116,11 +116,21 @@ def _welcome(job: JobState, member: MemberState) -> None:
             job.send(member, "restart", round=job.round, cause=round_barrier.round_cause(job))
     elif job.start_sent:
         job.send(member, "start", round=job.round, ports=job.round_ports)
-    elif len(job.members) == job.expected:
+    elif _all_present(job):
         job.start_at = job.now
         job.enter(JobPhase.RUNNING)
         job.log("job_start", nodes=job.coord.nodes)
         job.broadcast("start")
+
+
+def _all_present(job: JobState) -> bool:
+    """Every node's every slot is here now: a member whose connection closed since the last tick
+    is forgotten first (the barrier never opens on a node that left, e.g. a marun that took a
+    frozen node's place and went away again before the tick)."""
+    if len(job.members) < job.expected:
+        return False
+    forget_departed(job)
+    return len(job.members) == job.expected
 
 
 def _came_back(job: JobState, key: Key, msg: Hello, old: MemberState | None) -> None:
