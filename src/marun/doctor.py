@@ -191,6 +191,18 @@ def check_network(platform: Platform) -> list[Check]:
     return checks
 
 
+def check_node(platform: Platform, mode: str | None) -> list[Check]:
+    """The preflight's per-node checks (devices, /dev/shm, free space, this node's address and
+    name, the `*_SOCKET_IFNAME` interfaces), as a job's arrival barrier runs them."""
+    from marun.preflight.checks import run_node_checks
+    from marun.preflight.needs import needs_of_platform
+
+    return [
+        Check(r.name, r.status, r.message)
+        for r in run_node_checks(needs_of_platform(platform, mode))
+    ]
+
+
 # What a host name other than the platform's breaks, per mode (none: any mode may be chosen).
 _HOSTNAME_BREAKS = {
     "ascend": "MindSpore's device numbering",
@@ -362,6 +374,7 @@ def run_checks(platform: Platform, mode: str | None, command: Sequence[str] = ()
     checks += check_mpi_tools(platform, required=mode == "mpi")
     checks += check_ssh_keys(platform, required=mode == "mpi")
     checks += check_network(platform)
+    checks += check_node(platform, mode)
     checks.append(check_hostname(platform, mode))
     checks += check_variables(platform)
     checks.append(check_rank_table(platform))

@@ -42,6 +42,7 @@ RUN_OPTIONS: dict[str, tuple[str, str]] = {
     "--arrival-timeout": ("arrival_timeout", "str"),
     "--peer-timeout": ("peer_timeout", "str"),
     "--hang-timeout": ("hang_timeout", "str"),
+    "--preflight": ("preflight", "str"),
     "--supervise": ("supervise", "flag"),
     "--verbose": ("verbose", "flag"),
 }
@@ -69,6 +70,7 @@ SETTING_OPTIONS = (
     "arrival_timeout",
     "peer_timeout",
     "hang_timeout",
+    "preflight",
 )
 FALSE_WORDS = frozenset({"--per-device"})
 MODE_VALUES = ("auto", "ascend", "mindspore", "pytorch", "tensorflow", "mpi")

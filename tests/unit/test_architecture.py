@@ -24,11 +24,13 @@ ALLOWED: dict[str, set[str]] = {
     "plan": {"inputs"},
     "runtime": {"inputs", "plan"},
     "mpi": {"inputs", "plan", "runtime"},
-    "job": {"inputs", "plan", "runtime"},
+    # the per-node checks and the ring probe; the arrival barrier (job) and doctor run them
+    "preflight": {"inputs", "plan"},
+    "job": {"inputs", "plan", "runtime", "preflight"},
     # The composition root: inputs -> plan -> the job's link -> runtime, every planner by name.
-    "launch": {"inputs", "plan", "runtime", "mpi", "job"},
+    "launch": {"inputs", "plan", "runtime", "mpi", "job", "preflight"},
     "sim": {"inputs", "plan", "runtime", "mpi", "job", "launch", "run_argv"},
-    "doctor": {"inputs", "plan", "runtime", "mpi", "job", "launch"},
+    "doctor": {"inputs", "plan", "runtime", "mpi", "job", "launch", "preflight"},
     # the `marun` command: typer's commands, the options they share, the console script
     "command": {
         "inputs",
@@ -41,6 +43,7 @@ ALLOWED: dict[str, set[str]] = {
         "run_argv",
         "launch",
         "report",
+        "preflight",
     },
     # `marun report`: reads the files a job wrote (job.json, result.json, events), no code of it
     "report": set(),

@@ -31,6 +31,7 @@ from marun.command.options import (
     NprocOpt,
     PeerOpt,
     PerNodeOpt,
+    PreflightOpt,
     RecoveryRestartsOpt,
     RecoveryWaitOpt,
     StandaloneOpt,
@@ -128,6 +129,7 @@ def plan(
     arrival_timeout: ArrivalOpt = None,
     peer_timeout: PeerOpt = None,
     hang_timeout: HangOpt = None,
+    preflight: PreflightOpt = None,
     supervise: SuperviseOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -179,6 +181,7 @@ def run(
     arrival_timeout: ArrivalOpt = None,
     peer_timeout: PeerOpt = None,
     hang_timeout: HangOpt = None,
+    preflight: PreflightOpt = None,
     supervise: SuperviseOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:

@@ -202,6 +202,18 @@ HangOpt = Annotated[
     ),
 ]
 
+PreflightOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--preflight",
+        metavar="on|off|warn|strict",
+        help="multi-node: the checks at the arrival barrier (devices, /dev/shm, disk, address,"
+        " interfaces, ports, clock, the links between the nodes): on (default) refuses the start"
+        " on an unreachable link or missing devices and warns on the rest; warn only warns;"
+        " strict refuses on any warning; off skips them",
+    ),
+]
+
 
 def unknown_option(app: typer.Typer, words: "list[str]") -> Optional[str]:
     """An option the command does not have, before its script (`marun plan --nproc 2 -- x.py`):

@@ -32,6 +32,13 @@ MS_CIPHER_LIST = (
 )
 
 
+# `preflight`'s values (marun.preflight.decide): on (the default) refuses the start on an
+# unreachable link or missing devices and warns on the rest; warn only warns; strict refuses on
+# any warning; off runs no preflight.
+PREFLIGHT_POLICIES = ("on", "off", "warn", "strict")
+# A setting that takes one of a few words: its words.
+CHOICES: Mapping[str, tuple[str, ...]] = {"preflight": PREFLIGHT_POLICIES}
+
 # MPI's sshd port when neither sshd_port nor the platform's MY_SSHD_PORT names one.
 DEFAULT_SSHD_PORT = 36666
 
@@ -89,6 +96,7 @@ class Settings:
     job_port: int = 36668  # node 0's coordination port; 0: no coordination
     arrival_timeout: float = 300.0  # seconds node 0 waits for every node to report
     hang_timeout: float | None = None  # seconds without a line from any rank: a hang; off if None
+    preflight: str = "on"  # the checks at the arrival barrier: on, off, warn, strict
     # supervision and files
     log_dir: str | None = None  # default: $MA_LOG_DIR/marun if set, else ./marun_logs
     run_dir: str | None = None  # default: $TMPDIR/marun-<uid>
@@ -168,6 +176,11 @@ def _coerce(name: str, value: Any, where: str) -> Any:
         if kind.startswith("str"):
             if isinstance(value, (dict, list)):
                 raise ValueError
+            if name in CHOICES:
+                word = str(value).strip().lower()
+                if word not in CHOICES[name]:
+                    raise bad_value(where, value, "one of " + ", ".join(CHOICES[name]))
+                return word
             return str(value)
     except ValueError:
         pass

@@ -6,6 +6,8 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from marun.report.preflight import preflight_lines
+
 
 def _s(value: object) -> str:
     return f"{value:.2f}s" if isinstance(value, (int, float)) else "-"
@@ -61,6 +63,7 @@ def render_text(summary: dict[str, Any]) -> str:
         f"phases: {arrival}; start {_s(ph['start']['seconds'])}; run {_s(ph['run']['seconds'])};"
         f" stop {_s(ph['stop']['seconds'])}"
     )
+    out += preflight_lines(summary.get("preflight"))
     for n in summary["nodes"]:
         out.append(
             f"  node {n['index']} ({n['host']}): {n['outcome']}, exit code {n['exit_code']},"

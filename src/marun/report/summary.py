@@ -17,6 +17,7 @@ from marun.report.files import (
     tail_of,
     time_of,
 )
+from marun.report.preflight import preflight_of
 
 SCHEMA = 1
 
@@ -252,6 +253,7 @@ def summarize(log_dir: Path) -> dict[str, Any]:
         "failures": failures,
         "phases": phases,
         "nodes": nodes,
+        "preflight": preflight_of(found.job),
         "files": {
             "job": str(found.job_path) if found.job_path else None,
             "results": [str(p) for p, _ in found.results],
