@@ -91,14 +91,32 @@ def plan_from_environment(
     """What `marun plan` shows and `marun run` executes: this process's environment and working
     directory, the settings, the platform read from them, and the mode's plan. One function for
     both commands; `dry_run` (`marun plan`) waits for no host name (Platform.dry_run)."""
+    return platform_and_plan(
+        command, mode, config, cli_settings, all_nodes, always_supervise, dry_run=dry_run
+    )[1]
+
+
+def platform_and_plan(
+    command: Sequence[str],
+    mode: str,
+    config: str | None,
+    cli_settings: Mapping[str, object],
+    all_nodes: bool = False,
+    always_supervise: bool = False,
+    *,
+    dry_run: bool = False,
+) -> tuple[Platform, LaunchPlan]:
+    """`plan_from_environment`'s plan with the platform it was made from (`marun run` opens the
+    job's link with it: its preflight setting)."""
     platform = read_inputs(command, config, cli_settings)
     if dry_run:
         platform = replace(platform, dry_run=True)
-    return build_plan(mode, platform, all_nodes, always_supervise)
+    return platform, build_plan(mode, platform, all_nodes, always_supervise)
 
 
-def open_link(plan: LaunchPlan) -> JobLink:
-    """This node's link to the job's others (marun.job), opened only for a coordinated plan."""
+def open_link(plan: LaunchPlan, platform: Platform | None = None) -> JobLink:
+    """This node's link to the job's others (marun.job), opened only for a coordinated plan;
+    `platform` (what this node was given) brings its preflight setting."""
     import contextlib
 
     from marun._files import private_dir
@@ -116,7 +134,7 @@ def open_link(plan: LaunchPlan) -> JobLink:
         with contextlib.suppress(OSError):
             log_to_file(private_dir(record_dir, strict=False))
     try:
-        link: Any = open_job_link(plan, get_logger("marun.job"))
+        link: Any = open_job_link(plan, get_logger("marun.job"), platform)
     except OSError as exc:
         # Bad input, as a taken rendezvous port is (runtime.execute.refuse_taken_ports): most
         # often another job's node 0 on this host with the same job port. Nothing started.
@@ -138,13 +156,15 @@ def run_node(
 ) -> int:
     """`marun run`: this node's plan, exec'd or supervised; the exit code. `cli`: the settings
     options given on the command line by name (None: not given)."""
+    import functools
+
     from marun.runtime import early_signals
     from marun.runtime.execute import execute
 
     early_signals.listen()  # a stop signal from now on ends the job (runtime.early_signals)
     try:
-        plan = plan_from_environment(command, mode, config, cli, False, supervise)
-        return execute(plan, open_link)
+        platform, plan = platform_and_plan(command, mode, config, cli, False, supervise)
+        return execute(plan, functools.partial(open_link, platform=platform))
     except early_signals.EarlyStop as stop:  # while planning: nothing started, nothing said
         from marun.exit_codes import signal_exit
 

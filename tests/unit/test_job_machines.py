@@ -171,7 +171,7 @@ def test_a_member_gives_up_on_a_port_that_only_ever_turned_it_away_after_arrival
 def test_a_member_follows_start_restart_stop_done_and_a_stall_is_its_own() -> None:
     mm = MemberMachine(_coord(index=1), now=0.0)
     mm.connected(0.1)
-    mm.heard(Welcome("leader"), 0.2)
+    mm.heard(Welcome("leader", None), 0.2)
     out = mm.heard(Start(0, {}), 0.3)
     assert [a.event.kind for a in out if isinstance(a, Push)] == ["start"]
     assert mm.heard(Start(0, {}), 0.4) == []  # a reconnection's reminder: once

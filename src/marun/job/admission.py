@@ -6,7 +6,7 @@ and a node lost or back. The job's phases: marun.job.phases."""
 from __future__ import annotations
 
 from marun.exit_codes import LOST_EXIT
-from marun.job import round_barrier
+from marun.job import preflight_barrier, round_barrier
 from marun.job.actions import Announce, Bind, Drop, Handle, Key, Refuse, TurnAway
 from marun.job.failure import Failure
 from marun.job.job_state import JobState
@@ -38,7 +38,9 @@ def hello(job: JobState, handle: Handle, address: str, msg: Hello) -> None:
         job.actions.append(TurnAway(handle, why))
         return
     old = job.members.get(key)
-    if msg.started and not job.start_sent and msg.leader != job.instance:
+    if job.phase is JobPhase.DONE:
+        pass  # the job's record is closed (job.json written): a late marun only hears `done`
+    elif msg.started and not job.start_sent and msg.leader != job.instance:
         # Its job started under another coordinator: this node 0's marun is a new one. It is
         # taken in like any member (so that its end is waited for) and told to stop.
         _came_back(job, key, msg, None)
@@ -108,22 +110,42 @@ def _nodes_up(job: JobState) -> None:
 
 def _welcome(job: JobState, member: MemberState) -> None:
     """Tell a member where the job is; the last to arrive opens the barrier (RUNNING)."""
-    job.send(member, "welcome", instance=job.instance)
+    job.send(member, "welcome", instance=job.instance, wall=round(job.wall, 3))
     if job.stopped is not None:
         job.send(member, "stop", **job.stopped.to_wire())
+        if job.phase is JobPhase.DONE:
+            job.send(member, "done", code=job.exit_code)
+    elif job.phase is JobPhase.DONE:
+        job.send(member, "done", code=job.exit_code)
     elif job.phase is JobPhase.RESTARTING:
         if member.stopped_round < job.round:  # it may not have heard (a reconnection)
             job.send(member, "restart", round=job.round, cause=round_barrier.round_cause(job))
     elif job.start_sent:
         job.send(member, "start", round=job.round, ports=job.round_ports)
-    elif _all_present(job):
-        job.start_at = job.now
-        job.enter(JobPhase.RUNNING)
-        job.log("job_start", nodes=job.coord.nodes)
+    elif all_present(job):
+        open_barrier(job)
+
+
+def open_barrier(job: JobState, *, timed_out: bool = False) -> None:
+    """Every node is here: the start, once the preflight (when one runs) says so; `timed_out`:
+    arrival_timeout came first, and it decides on what came (marun.job.preflight_barrier)."""
+    notes: list[str] = []
+    if job.preflight != "off":
+        if not timed_out and not preflight_barrier.complete(job):
+            return  # the last reports and links are on their way
+        if not preflight_barrier.decide(job):
+            return  # refused: stopped, no rank starts anywhere
+        notes = preflight_barrier.notes(job)
+    job.start_at = job.now
+    job.enter(JobPhase.RUNNING)
+    job.log("job_start", nodes=job.coord.nodes)
+    if notes:
+        job.broadcast("start", notes=notes)
+    else:
         job.broadcast("start")
 
 
-def _all_present(job: JobState) -> bool:
+def all_present(job: JobState) -> bool:
     """Every node's every slot is here now: a member whose connection closed since the last tick
     is forgotten first (the barrier never opens on a node that left, e.g. a marun that took a
     frozen node's place and went away again before the tick)."""

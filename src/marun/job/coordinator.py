@@ -64,6 +64,7 @@ class Coordinator:
         rule: RoundRule | None = None,
         ports: dict[str, str] | None = None,
         report_dir: str | None = None,
+        preflight: str = "off",
     ) -> None:
         self.coord = coord
         # job.json's directory: node 0 writes it itself, as the job ends (or at close)
@@ -75,7 +76,13 @@ class Coordinator:
         self.instance = new_nonce()  # this coordinator's: a restarted node 0 has another
         self.errors = 0  # unexpected exceptions caught by the loop (logged each)
         self.machine = JobMachine(
-            coord, self.instance, rule=rule, ports=ports, now=time.monotonic(), wall=time.time()
+            coord,
+            self.instance,
+            rule=rule,
+            ports=ports,
+            now=time.monotonic(),
+            wall=time.time(),
+            preflight=preflight,  # the preflight at the start barrier (marun.job.preflight_barrier)
         )
         self.port = JobPort(
             coord,
@@ -239,7 +246,12 @@ class Coordinator:
     # -- between the port and the machine -------------------------------------------------
 
     def _line(self, conn: Conn, body: dict[str, Any]) -> None:
-        msg = member_message(body)
+        try:
+            msg = member_message(body)
+        except ValueError as exc:  # a preflight report or link that is not one
+            self.port.refuse(conn, f"{body['type']}: {exc}"[:300])
+            self.port.drop(conn)
+            return
         now, wall = time.monotonic(), time.time()
         with self._lock:
             if isinstance(msg, Hello):

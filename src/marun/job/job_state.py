@@ -27,6 +27,7 @@ class JobState:
         ports: dict[str, str],
         now: float,
         wall: float,
+        preflight: str = "off",
     ) -> None:
         self.coord = coord
         self.instance = instance  # the coordinator's: a restarted node 0 has another
@@ -53,6 +54,13 @@ class JobState:
         self.rounds: list[dict[str, Any]] = []  # job.json's records, one per round
         self.round_since = 0.0
         self.round_failure = Failure()  # the job's failure if the round cannot start
+        # the preflight at the start barrier (marun.job.preflight_barrier); "off": none
+        self.preflight = preflight
+        self.pf_reports: dict[int, Any] = {}  # node -> marun.preflight.result.NodeReport
+        self.pf_links: dict[int, Any] = {}  # node -> its LinkResult (its probe of the next)
+        self.pf_probed: set[int] = set()  # nodes told their target
+        self.pf_decision: Any = None  # marun.preflight.decide.Decision, once decided
+        self.pf_seconds: float | None = None  # last arrival -> the decision
         self.actions: list[Action] = []
         self.new_hang_judge()
 

@@ -7,6 +7,7 @@ import contextlib
 import os
 from typing import Any
 
+from marun.inputs.injected import Platform
 from marun.job.coordinator import Coordinator
 from marun.job.member import Member
 from marun.job.protocol import job_secret
@@ -14,8 +15,10 @@ from marun.plan.launch_plan import LaunchPlan
 from marun.runtime.round_rule import RoundRule, planned_ports
 
 
-def open_link(plan: LaunchPlan, log: Any) -> Member:
-    """Start the coordinator when this marun is the leader's first, then connect as a member."""
+def open_link(plan: LaunchPlan, log: Any, platform: Platform | None = None) -> Member:
+    """Start the coordinator when this marun is the leader's first, then connect as a member.
+    `platform`: what this node was given; its `preflight` setting runs the checks at the start
+    barrier (node 0's decides; none without it)."""
     coord = plan.coordination
     assert coord is not None
     node = plan.nodes[0]
@@ -30,6 +33,12 @@ def open_link(plan: LaunchPlan, log: Any) -> Member:
 
         if py_spy() is None:
             emit("hang_watchdog_without_stacks", "warning", reason=MISSING)
+    policy = platform.settings.preflight if platform is not None else "off"
+    needs = None
+    if policy != "off" and coord.slot == 0 and platform is not None:
+        from marun.preflight.needs import needs_of_plan  # only where a preflight runs
+
+        needs = needs_of_plan(plan, platform)
     coordinator = None
     if coord.index == coord.leader and coord.slot == 0:
         watching = plan.supervision
@@ -44,6 +53,7 @@ def open_link(plan: LaunchPlan, log: Any) -> Member:
             ports=ports,
             # beside result.json, where the supervisor writes it (marun.runtime.supervisor_report)
             report_dir=watching.record_dir or os.path.dirname(node.processes[0].log),
+            preflight=policy,
         ).start()
     return Member(
         coord,
@@ -52,4 +62,5 @@ def open_link(plan: LaunchPlan, log: Any) -> Member:
         daemons_only=bool(node.processes) and all(p.daemon for p in node.processes),
         coordinator=coordinator,
         log=emit,
+        preflight_needs=needs,
     )

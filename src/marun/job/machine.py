@@ -11,7 +11,7 @@ marun.job.admission; restart rounds: marun.job.round_barrier.
 from __future__ import annotations
 
 from marun.exit_codes import HANG_EXIT, LOST_EXIT
-from marun.job import admission, round_barrier
+from marun.job import admission, preflight_barrier, round_barrier
 from marun.job.actions import Action, Handle, Key, Refuse, WriteReport
 from marun.job.failure import Failure
 from marun.job.hang import describe_stacks
@@ -21,7 +21,9 @@ from marun.job.messages import (
     End,
     FailureSaid,
     Hello,
+    LinkSaid,
     MemberMessage,
+    PreflightSaid,
     Running,
     Stacks,
     Stopped,
@@ -48,8 +50,9 @@ class JobMachine:
         ports: dict[str, str] | None = None,
         now: float,
         wall: float,
+        preflight: str = "off",
     ) -> None:
-        self.job = JobState(coord, instance, rule, dict(ports or {}), now, wall)
+        self.job = JobState(coord, instance, rule, dict(ports or {}), now, wall, preflight)
 
     def _clock(self, now: float, wall: float) -> None:
         self.job.now, self.job.wall = now, wall
@@ -101,6 +104,8 @@ class JobMachine:
             member.stacks = msg.text
         elif isinstance(msg, End) and member.ended is None:  # (said again after a reconnection)
             self._end(key, msg)
+        elif isinstance(msg, (PreflightSaid, LinkSaid)):
+            self._preflight(key, msg)
         return self._taken()
 
     def closed(self, handle: Handle, now: float) -> None:
@@ -124,7 +129,10 @@ class JobMachine:
         if job.phase is JobPhase.GATHERING:
             admission.forget_departed(job)
             if now - job.t0 >= job.coord.arrival_timeout:
-                admission.arrival_failed(job)
+                if job.preflight != "off" and admission.all_present(job):
+                    admission.open_barrier(job, timed_out=True)  # a preflight still out
+                else:
+                    admission.arrival_failed(job)
             return self._taken()
         if not frozen:
             self._find_lost()
@@ -161,6 +169,21 @@ class JobMachine:
         return self._taken()
 
     # -- the job's logic ----------------------------------------------------------------------
+
+    def _preflight(self, key: Key, msg: PreflightSaid | LinkSaid) -> None:
+        """A node's preflight report or link; the start, once it was all the barrier waited
+        for."""
+        job = self.job
+        if isinstance(msg, PreflightSaid):
+            preflight_barrier.on_report(job, key, msg.report)
+        else:
+            preflight_barrier.on_link(job, key, msg.link)
+        if (
+            job.phase is JobPhase.GATHERING
+            and job.preflight != "off"
+            and admission.all_present(job)
+        ):
+            admission.open_barrier(job)
 
     def _end(self, key: Key, msg: End) -> None:
         job = self.job

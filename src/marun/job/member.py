@@ -11,6 +11,7 @@ import os
 import queue
 import select
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -25,10 +26,14 @@ from marun.job.member_machine import (
     MemberAction,
     MemberMachine,
     Note,
+    ProbeNext,
     Push,
+    RunPreflight,
+    Say,
     Welcomed,
 )
 from marun.job.messages import leader_message
+from marun.job.node_preflight import NodePreflight
 from marun.job.phases import MemberPhase
 from marun.job.protocol import (
     PROTOCOL,
@@ -57,6 +62,7 @@ class Member:
         daemons_only: bool = False,
         coordinator: Coordinator | None = None,
         log: Any = None,
+        preflight_needs: Any = None,
     ) -> None:
         self.coord = coord
         self._secret = secret
@@ -80,7 +86,15 @@ class Member:
         self._sock_lock = threading.Lock()
         # Where this node is in the job, and what that means (marun.job.member_machine).
         # `_done` wakes report_end's wait once the machine is DONE.
-        self.machine = MemberMachine(coord, time.monotonic())
+        # this node's side of the preflight (node_preflight.py; `preflight_needs`: what the plan
+        # wants of this node, marun.preflight.checks.NodeNeeds; None: no preflight here)
+        self._preflight = (
+            None
+            if preflight_needs is None
+            else NodePreflight(coord, preflight_needs, self._send, self._log)
+        )
+        self._hello_wall = 0.0  # when the last hello went (the preflight's clock offset)
+        self.machine = MemberMachine(coord, time.monotonic(), preflight=self._preflight is not None)
         self._done = threading.Event()
         self._last_activity = time.monotonic()
         # Not a phase: the owner's request (close()) that the thread finish.
@@ -162,6 +176,8 @@ class Member:
 
     def close(self) -> None:
         self._close_requested.set()
+        if self._preflight is not None:
+            self._preflight.close()
         self._thread.join(3.0)
         if self.coordinator is not None:
             self.coordinator.close()
@@ -225,6 +241,14 @@ class Member:
                 self._disconnect()
             elif isinstance(action, Welcomed):
                 self._backoff.reset()
+            elif isinstance(action, RunPreflight) and self._preflight is not None:
+                self._preflight.run_checks(self._hello_wall, action.leader_wall)
+            elif isinstance(action, ProbeNext) and self._preflight is not None:
+                self._preflight.probe(action.target)
+            elif isinstance(action, Say):
+                _console_line(f"marun: {action.text}")
+        if self._preflight is not None and self.machine.phase is not MemberPhase.WAITING:
+            self._preflight.close()  # started, stopped or done: no probe comes any more
         if self.machine.done:
             self._done.set()
 
@@ -290,6 +314,7 @@ class Member:
         with self._send_lock:
             self._peer, self._mine, self._seq_out = peer, new_nonce(), 0
             self._sock = sock
+        self._hello_wall = time.time()
         self._send(
             "hello",
             host=self._host,
@@ -335,3 +360,9 @@ class Member:
                 sock.sendall(line)
             except OSError:
                 self._disconnect()
+
+
+def _console_line(text: str) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()

@@ -14,6 +14,7 @@ from marun.job.messages import (
     Done,
     Dump,
     LeaderMessage,
+    Probe,
     Refused,
     Restart,
     Start,
@@ -53,12 +54,33 @@ class Welcomed:
     """Node 0 took this marun in: the next drop is a blip, tried again at once."""
 
 
-MemberAction = Union[Push, Note, Disconnect, Welcomed]
+@dataclass(frozen=True)
+class RunPreflight:
+    """This node's checks and its probe listener, now (marun.job.node_preflight)."""
+
+    leader_wall: float | None  # node 0's clock in its welcome
+
+
+@dataclass(frozen=True)
+class ProbeNext:
+    target: object  # marun.preflight.result.NodeReport of the next node
+
+
+@dataclass(frozen=True)
+class Say:
+    """A line on this node's console (the preflight's warnings)."""
+
+    text: str
+
+
+MemberAction = Union[Push, Note, Disconnect, Welcomed, RunPreflight, ProbeNext, Say]
 
 
 class MemberMachine:
-    def __init__(self, coord: Coordination, now: float) -> None:
+    def __init__(self, coord: Coordination, now: float, *, preflight: bool = False) -> None:
         self.coord = coord
+        self.preflight = preflight  # this marun runs the node's preflight (slot 0, not off)
+        self._preflight_run = False
         self.phase = MemberPhase.WAITING
         self.started_at: float | None = None  # when `start` came (None: never)
         self.round = 0  # the restart round this node last started (or was told to stop for)
@@ -143,6 +165,12 @@ class MemberMachine:
         if isinstance(msg, Welcome):
             self.leader_instance, self.welcomed = msg.instance, True
             self._out.append(Welcomed())
+            if self.preflight and not self._preflight_run and self.started_at is None:
+                self._preflight_run = True
+                self._out.append(RunPreflight(msg.wall))
+        elif isinstance(msg, Probe):
+            if self.preflight and self.started_at is None:
+                self._out.append(ProbeNext(msg.target))
         elif isinstance(msg, Refused):
             self.clash = f"node {self.coord.leader}'s marun refused this one: {msg.why}"
             self._say_once(self.clash)
@@ -183,6 +211,8 @@ class MemberMachine:
         self.round = round_
         self.started_at = self.started_at or now
         self._enter(MemberPhase.RUNNING)
+        if round_ == 0:
+            self._out += [Say(note) for note in msg.notes]
         self._push(JobEvent("start", round_, {"ports": dict(msg.ports)} if round_ else None))
 
     def _say_once(self, why: str) -> None:

@@ -60,11 +60,28 @@ class End:
     exit_code: int
 
 
-MemberMessage = Union[Hello, Beat, FailureSaid, Stopped, Running, Stacks, End]
+@dataclass(frozen=True)
+class PreflightSaid:
+    """A node's checks and its probe listener (marun.preflight.result.NodeReport)."""
+
+    report: Any
+
+
+@dataclass(frozen=True)
+class LinkSaid:
+    """A node's probe of the next node (marun.preflight.result.LinkResult)."""
+
+    link: Any
+
+
+MemberMessage = Union[
+    Hello, Beat, FailureSaid, Stopped, Running, Stacks, End, PreflightSaid, LinkSaid
+]
 
 
 def member_message(body: Mapping[str, Any]) -> MemberMessage | None:
-    """The typed message of a decoded body (None: a type a member does not send)."""
+    """The typed message of a decoded body (None: a type a member does not send; ValueError:
+    a preflight report or link that is not one)."""
     kind = body["type"]
     if kind == "hello":
         return Hello(
@@ -95,6 +112,14 @@ def member_message(body: Mapping[str, Any]) -> MemberMessage | None:
         return Stacks(str(body.get("text", "")))
     if kind == "end":
         return End(str(body.get("outcome"))[:40], int(body.get("exit_code", 0)))
+    if kind in ("preflight", "link"):
+        # marun.preflight only where a preflight runs (its import is not on every node's path);
+        # its from_dict checks every type and bounds every size: ValueError, a refused line
+        from marun.preflight.result import LinkResult, NodeReport
+
+        if kind == "preflight":
+            return PreflightSaid(NodeReport.from_dict(body.get("report")))
+        return LinkSaid(LinkResult.from_dict(body.get("link")))
     return None
 
 
@@ -104,6 +129,7 @@ def member_message(body: Mapping[str, Any]) -> MemberMessage | None:
 @dataclass(frozen=True)
 class Welcome:
     instance: str  # node 0's coordinator's
+    wall: float | None  # node 0's clock when it said it (the preflight's clock offset)
 
 
 @dataclass(frozen=True)
@@ -115,6 +141,14 @@ class Refused:
 class Start:
     round: int
     ports: dict[str, str]  # the round's ports that move (valid port numbers only)
+    notes: tuple[str, ...] = ()  # the preflight's warnings, one line each (round 0)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """The next node of the ring, for this node's probe (marun.preflight.result.NodeReport)."""
+
+    target: Any
 
 
 @dataclass(frozen=True)
@@ -144,7 +178,7 @@ class LeaderBeat:
     pass
 
 
-LeaderMessage = Union[Welcome, Refused, Start, Restart, StopJob, Dump, Done, LeaderBeat]
+LeaderMessage = Union[Welcome, Refused, Start, Restart, StopJob, Dump, Done, LeaderBeat, Probe]
 
 
 def _ports(value: object) -> dict[str, str]:
@@ -165,11 +199,14 @@ def leader_message(body: Mapping[str, Any]) -> LeaderMessage | None:
     """The typed message of a decoded body from node 0 (None: a type node 0 does not send)."""
     kind = body["type"]
     if kind == "welcome":
-        return Welcome(str(body.get("instance", "")))
+        wall = body.get("wall")
+        return Welcome(str(body.get("instance", "")), None if wall is None else float(wall))
     if kind == "refused":
         return Refused(str(body.get("why", ""))[:2000])
     if kind == "start":
-        return Start(int(body.get("round", 0)), _ports(body.get("ports")))
+        notes = body.get("notes") or []
+        said = tuple(str(n)[:500] for n in notes[:32] if isinstance(n, str))
+        return Start(int(body.get("round", 0)), _ports(body.get("ports")), said)
     if kind == "restart":
         return Restart(int(body.get("round", 0)), _failure(body.get("cause")))
     if kind == "stop":
@@ -180,4 +217,11 @@ def leader_message(body: Mapping[str, Any]) -> LeaderMessage | None:
         return Done(int(body.get("code", 0)))
     if kind == "hb":
         return LeaderBeat()
+    if kind == "probe":
+        from marun.preflight.result import NodeReport
+
+        try:
+            return Probe(NodeReport.from_dict(body.get("target")))
+        except ValueError:
+            return None
     return None

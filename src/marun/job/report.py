@@ -86,8 +86,10 @@ def write_job_json(report: dict[str, Any], directory: str) -> str:
 def state_report(job: JobState, refused: int) -> dict[str, Any]:
     """job.json's content as node 0's job machine knows the job now (`refused`: connections
     the port turned away)."""
+    from marun.job.preflight_barrier import section
+
     failure = job.first_failure
-    return job_report(
+    report = job_report(
         job.coord,
         job.members,
         exit_code=job.exit_code,
@@ -96,3 +98,7 @@ def state_report(job: JobState, refused: int) -> dict[str, Any]:
         refused=refused,
         rounds=job.rounds,
     )
+    preflight = section(job)
+    if preflight is not None:
+        report["preflight"] = preflight
+    return report

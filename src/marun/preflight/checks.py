@@ -115,7 +115,10 @@ def check_devices(needs: NodeNeeds, deadline: float) -> CheckResult:
             f"{count} {word}(s) visible ({source}), the plan uses {needs.devices}",
             figures,
         )
-    shown = f" ({source}: {', '.join(map(str, found))})" if found else f" ({source} shows any)"
+    if found:
+        shown = f" ({source}: {', '.join(map(str, found))})"
+    else:
+        shown = f" ({source})" if count else " (nothing shows any)"
     return CheckResult(
         "devices",
         FAIL,
