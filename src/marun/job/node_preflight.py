@@ -79,7 +79,7 @@ class NodePreflight:
                 self._coord.index, self._needs.host, self._needs.address, port, tuple(checks)
             )
             self._send("preflight", report=report.to_dict())
-            failed = [c.name for c in checks if c.status != "ok" and c.status != "skip"]
+            failed = [c.name for c in checks if c.status not in ("ok", "skip")]
             self._log("preflight_checked", checks=len(checks), probe_port=port, not_ok=failed)
         except Exception as exc:  # a bug: logged, and node 0 decides without this report
             self._log("preflight_error", "error", error=f"{type(exc).__name__}: {exc}"[:300])
