@@ -115,10 +115,19 @@ def check_devices(needs: NodeNeeds, deadline: float) -> CheckResult:
             f"{count} {word}(s) visible ({source}), the plan uses {needs.devices}",
             figures,
         )
-    if found:
-        shown = f" ({source}: {', '.join(map(str, found))})"
-    else:
-        shown = f" ({source})" if count else " (nothing shows any)"
+    if not count:
+        # None at all: a CPU node (MA_NUM_GPUS also sets the processes per node where there is
+        # no device) or a container without the driver: said, not refused. Some but not all: a
+        # device is broken or gone, and the job would fail on it.
+        return CheckResult(
+            "devices",
+            WARN,
+            f"the plan uses {needs.devices} {word}(s) on this node, none visible (neither "
+            f"{needs.dev_root}/{_DEVICE_PREFIX[kind]}<N> nor {' '.join(_DEVICE_TOOLS[kind])}): "
+            "its processes run without them",
+            figures,
+        )
+    shown = f" ({source}: {', '.join(map(str, found))})" if found else f" ({source})"
     return CheckResult(
         "devices",
         FAIL,

@@ -88,6 +88,9 @@ def _node_env(nodes: int, devices: int, index: int, task: str = "worker") -> dic
         # Every node's marun writes to this one console: only node 0 prints the job's first
         # failure with its last lines.
         "MARUN_SHARED_CONSOLE": "1",
+        # No preflight at the barrier: the simulated nodes' devices are stand-ins (MA_NUM_GPUS on
+        # a machine without them) and every node is this one machine (docs/preflight.md).
+        "MARUN_PREFLIGHT": "off",
         "MA_NUM_HOSTS": str(nodes),
         "MA_NUM_GPUS": str(devices),
         "VC_TASK_INDEX": str(index),
