@@ -3,9 +3,9 @@ namespaces (tests/netns_cluster.py), one with a blackhole route to another, one 
 link; and the per-node checks in a mount namespace that shows 7 of a plan's 8 GPUs and a 16 MB
 /dev/shm. Each test takes a few seconds; none asserts on a time.
 
-Delay by `tc netem` needs the kernel's sch_netem; where it is missing (`tc` answers "Specified
-qdisc kind is unknown") that test skips saying so, and the slow link is made with `tbf` (a rate
-limit), which the same kernels usually have."""
+A delay by `tc netem` needs the kernel's sch_netem, which this machine's kernel (and CI's, the
+same kind) lacks ("Specified qdisc kind is unknown"): there is no delay test here, only the rate
+limit by `tbf` below; the round-trip rule is covered by tests/unit/test_preflight.py."""
 
 from __future__ import annotations
 
@@ -129,19 +129,6 @@ def test_a_slow_link_is_a_warning_naming_it(cluster: NetnsCluster) -> None:
     lines = decision.lines()
     assert f"preflight warning: slow link: {two} -> node 0 ({cluster.name(0)})" in "\n".join(lines)
     assert all(line.startswith("preflight warning: slow link: ") and two in line for line in lines)
-
-
-def test_a_delayed_link_is_a_warning_naming_it(cluster: NetnsCluster) -> None:
-    """50 ms more on every packet host 1 sends (tc netem): the round trip 1 -> 2 grows."""
-    delayed = _tc(cluster, 1, "netem", "delay", "50ms")
-    if delayed.returncode != 0:
-        pytest.skip(f"tc netem unavailable on this kernel (sch_netem): {delayed.stderr.strip()}")
-    links = _ring(cluster)
-    decision = decide("on", _reports(cluster), links, 3)
-    assert decision.action == START_WARNED
-    assert any(
-        f"slow link: node 1 ({cluster.name(1)}) -> node 2" in line for line in decision.lines()
-    ), decision.lines()
 
 
 # In a mount namespace of its own: /dev a tmpfs with 7 stand-in GPUs (and /dev/null), /dev/shm
