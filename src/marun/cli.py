@@ -11,11 +11,13 @@ import typer
 
 from marun.cli_options import (
     ArrivalOpt,
+    CollapseOpt,
     CommandArg,
     ConfigOpt,
     ConsoleRanksOpt,
     FatalCodesOpt,
     Format,
+    FullEnvOpt,
     GraceOpt,
     HangOpt,
     KeepOpt,
@@ -31,6 +33,8 @@ from marun.cli_options import (
     NprocOpt,
     PeerOpt,
     PerNodeOpt,
+    ProgressPatternOpt,
+    ProgressTimeoutOpt,
     RecoveryRestartsOpt,
     RecoveryWaitOpt,
     StandaloneOpt,
@@ -98,14 +102,7 @@ def plan(
             "--format", help="table (default on a terminal), json (default otherwise), yaml"
         ),
     ] = None,
-    full_env: Annotated[
-        bool,
-        typer.Option(
-            "--full-env",
-            help="table: each process's whole env, node by node (by default what every process"
-            " shares is shown once, then a table of what differs); json and yaml always hold it",
-        ),
-    ] = False,
+    full_env: FullEnvOpt = False,
     config: ConfigOpt = None,
     nproc_per_node: NprocOpt = None,
     per_node: PerNodeOpt = None,
@@ -128,6 +125,9 @@ def plan(
     arrival_timeout: ArrivalOpt = None,
     peer_timeout: PeerOpt = None,
     hang_timeout: HangOpt = None,
+    progress_timeout: ProgressTimeoutOpt = None,
+    progress_pattern: ProgressPatternOpt = None,
+    collapse_window: CollapseOpt = None,
     supervise: SuperviseOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -179,6 +179,9 @@ def run(
     arrival_timeout: ArrivalOpt = None,
     peer_timeout: PeerOpt = None,
     hang_timeout: HangOpt = None,
+    progress_timeout: ProgressTimeoutOpt = None,
+    progress_pattern: ProgressPatternOpt = None,
+    collapse_window: CollapseOpt = None,
     supervise: SuperviseOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:

@@ -42,6 +42,9 @@ RUN_OPTIONS: dict[str, tuple[str, str]] = {
     "--arrival-timeout": ("arrival_timeout", "str"),
     "--peer-timeout": ("peer_timeout", "str"),
     "--hang-timeout": ("hang_timeout", "str"),
+    "--progress-timeout": ("progress_timeout", "str"),
+    "--progress-pattern": ("progress_pattern", "str"),
+    "--collapse-window": ("collapse_window", "str"),
     "--supervise": ("supervise", "flag"),
     "--verbose": ("verbose", "flag"),
 }
@@ -69,6 +72,9 @@ SETTING_OPTIONS = (
     "arrival_timeout",
     "peer_timeout",
     "hang_timeout",
+    "progress_timeout",
+    "progress_pattern",
+    "collapse_window",
 )
 FALSE_WORDS = frozenset({"--per-device"})
 MODE_VALUES = ("auto", "ascend", "mindspore", "pytorch", "tensorflow", "mpi")

@@ -22,9 +22,11 @@ ALLOWED: dict[str, set[str]] = {
     "helpers": set(),
     "inputs": set(),
     "plan": {"inputs"},
-    "runtime": {"inputs", "plan"},
+    # the job's progress read from the ranks' output: pure, no part of marun
+    "progress": set(),
+    "runtime": {"inputs", "plan", "progress"},
     "mpi": {"inputs", "plan", "runtime"},
-    "job": {"inputs", "plan", "runtime"},
+    "job": {"inputs", "plan", "runtime", "progress"},
     # The composition root: inputs -> plan -> the job's link -> runtime, every planner by name.
     "launch": {"inputs", "plan", "runtime", "mpi", "job"},
     "sim": {"inputs", "plan", "runtime", "mpi", "job", "launch", "run_argv"},
