@@ -125,13 +125,25 @@ def test_a_rank_later_in_its_own_output_does_not_join_an_older_line(setup: Setup
 
 
 def test_a_flood_goes_out_as_it_is_after_what_is_held(setup: Setup) -> None:
-    console, _, shown = setup
+    console, clock, shown = setup
     _say(console, 1, "held")
-    block = b"".join(b"line %d\n" % i for i in range(collapse.FLOOD_LINES + 1))
-    console.show(b"[0:0] ", b"", block, len(block) - 1)
-    lines = shown().splitlines()
-    assert lines[0] == "[0:1] held"
-    assert lines[1:] == [f"[0:0] line {i}" for i in range(collapse.FLOOD_LINES + 1)]
+    line = b"x" * 99 + b"\n"
+    lines = collapse.FLOOD_BYTES // len(line)
+    for _ in range(lines):  # up to FLOOD_BYTES in a window: held
+        console.show(b"[0:0] ", b"", line, len(line) - 1)
+    assert shown() == ""
+    console.show(b"[0:0] ", b"", line * 3, 3 * len(line) - 1)  # beyond: held, then as it comes
+    said = shown().splitlines()
+    assert said[0] == "[0:1] held"
+    assert said[1:] == ["[0:0] " + "x" * 99] * (lines + 3)
+    clock.now += 0.5  # the next window: still a flood (the one before was)
+    console.show(b"[0:0] ", b"", line, len(line) - 1)
+    assert len(shown().splitlines()) == lines + 5
+    clock.now += 0.5  # a whole window with less: collapsed again
+    _say(console, 0, "calm")
+    _say(console, 1, "calm")
+    console.flush()
+    assert shown().splitlines()[-1] == "[0:0-1] calm"
 
 
 def test_the_logs_keep_every_line_and_the_last_stream_s_end_writes_out(

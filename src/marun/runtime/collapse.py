@@ -8,10 +8,11 @@ text shown: a rank's line joins the oldest group of the same text that it is not
 that is newer than its own latest group, else it opens a new group. Groups go out in the order
 they were opened, so each rank's lines keep their order, and lines that differ never collapse.
 
-A read of more than `FLOOD_LINES` lines (a rank writing faster than the relay shows: a flood)
-is not looked at line by line: what is held goes out first, then the block, prefixed as without
-collapsing. Collapsing costs per line; a flood is not what it is for (those are the lines of a
-rank that differ), and the relay must not get slower for it.
+A rank that prints more than `FLOOD_BYTES` within one window (a flood: a rank writing as fast
+as it can) is not looked at line by line until a whole window passes with less: what is held
+goes out first, then each of its reads as it comes, prefixed as without collapsing. Collapsing
+costs per line; a flood is not what it is for (a flood's lines are its rank's own), and the
+relay must not get slower for it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from marun.runtime.output import MAIN_THREAD_SIGNALS, Bytes, Console
 
 DEFAULT_WINDOW = 0.5  # seconds a line may wait for the same line of other ranks
-FLOOD_LINES = 256  # a read with more lines than this goes out as it is
+FLOOD_BYTES = 1 << 16  # of a rank within a window, beyond which its reads go out as they are
 HELD_BYTES = 1 << 20  # held at most: beyond, the oldest groups go out early
 
 
@@ -65,15 +66,34 @@ class CollapsingConsole(Console):
         self._waker.acquire()
         self._writer = not timer  # started (or not to be)
         self._streams = 0  # streams begun and not ended
+        # prefix -> [start of its current window, its bytes in it, flooding (0 or 1)]: each
+        # touched by its own pump thread only (a restarted process's stream follows the one
+        # that ended)
+        self._rates: dict[bytes, list[float]] = {}
 
     def show(self, prefix: bytes, pending: Bytes, data: bytes, end: int) -> None:
-        if not prefix or data.count(b"\n", 0, end) >= FLOOD_LINES:
+        if not prefix or self._flooding(prefix, end + 1):
             with self._lock:
                 self._out(len(self._groups))
             super().show(prefix, pending, data, end)
             return
         lines = (bytes(pending) + data[:end]).split(b"\n")
         self._take(prefix, lines)
+
+    def _flooding(self, prefix: bytes, size: int) -> bool:
+        """Whether the rank of `prefix` floods: more than FLOOD_BYTES in its current window,
+        or in the whole window before it (once flooding, a window of less ends it)."""
+        now = self._clock()
+        rate = self._rates.get(prefix)
+        if rate is None:
+            rate = self._rates[prefix] = [now, 0.0, 0.0]
+        elif now - rate[0] >= self._window:
+            calm = rate[1] <= FLOOD_BYTES or now - rate[0] >= 2 * self._window
+            rate[0], rate[1], rate[2] = now, 0.0, 0.0 if calm else 1.0
+        rate[1] += size
+        if rate[1] > FLOOD_BYTES:
+            rate[2] = 1.0
+        return rate[2] > 0
 
     def show_line(self, prefix: bytes, line: bytes) -> None:
         if not prefix:
