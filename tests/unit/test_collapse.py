@@ -175,6 +175,21 @@ def test_the_logs_keep_every_line_and_the_last_stream_s_end_writes_out(
     ]
 
 
+def test_more_lines_held_than_one_writev_takes(setup: Setup) -> None:
+    """Thousands of lines held at once go out whole (writev refuses more than IOV_MAX parts:
+    the console once went silent on it, 8 ranks x 50 MB in bench/relay.py)."""
+    console, clock, shown = setup
+    for line in range(600):
+        for rank in range(8):
+            _say(console, rank, f"rank {rank} line {line}")
+    clock.now += 1
+    console.write_due(clock.now)
+    assert len(shown().splitlines()) == 4800
+    _say(console, 0, "still shown")
+    console.flush()
+    assert shown().splitlines()[-1] == "[0:0] still shown"
+
+
 def test_ranks_label() -> None:
     assert ranks_label([b"3", b"0", b"1", b"2", b"5", b"scheduler"]) == b"0-3,5,scheduler"
     assert ranks_label([b"7"]) == b"7"

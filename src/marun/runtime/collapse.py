@@ -163,7 +163,7 @@ class CollapsingConsole(Console):
                 del self._by_text[group.text]
             self._held -= len(group.text) + 16
             parts.append(self._prefix_of(group.ranks) + group.text + b"\n")
-        self._write_locked(parts)
+        self._write_locked([b"".join(parts)])  # one buffer: writev takes IOV_MAX parts at most
 
     def _prefix_of(self, labels: list[bytes]) -> bytes:
         return b"[" + self._node + b":" + ranks_label(labels) + b"] "
