@@ -125,6 +125,21 @@ def test_no_verdict_without_a_timeout_or_before_any_progress() -> None:
     assert job.node0.stalled(300.0, last_line=299.0) is None
 
 
+def test_a_node_of_several_maruns_reports_per_slot() -> None:
+    """Ascend per device: each device's marun reports its own rank; one slot's report does not
+    drop the other's ranks, and a rank left out of its own slot's next report goes."""
+    node0 = Aggregator()
+    for slot in (0, 1):
+        tracker = Tracker()
+        tracker.feed(slot, b"step 5\n", 0.0)
+        node0.add(1, tracker.report(0.0), 0.0, slot=slot)
+    section = node0.section(0.0)
+    assert section is not None and [r["rank"] for r in section["ranks"]] == [0, 1]
+    node0.add(1, NodeReport(()), 1.0, slot=1)
+    section = node0.section(1.0)
+    assert section is not None and [r["rank"] for r in section["ranks"]] == [0]
+
+
 def test_nodes_without_progress_send_nothing() -> None:
     tracker = Tracker()
     tracker.feed(0, b"loading the dataset\n", 0.0)

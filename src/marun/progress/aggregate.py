@@ -31,6 +31,7 @@ SLOWEST_KEPT = 5  # ranks named in job.json's `slowest`
 @dataclass
 class _Rank:
     node: int
+    slot: int  # the marun of its node that reports it (Ascend per device: one per device)
     step: float
     total: int | None
     rate: float | None
@@ -65,12 +66,13 @@ class Straggler:
 
 class Aggregator:
     """The job's progress on node 0. `add` each node's report as it comes (None: the node has
-    none); `status`, `section`, `stragglers`, `stalled` whenever asked."""
+    none; `slot`: which of the node's maruns sent it, where a node runs several); `status`,
+    `section`, `stragglers`, `stalled` whenever asked."""
 
     def __init__(self, progress_timeout: float | None = None) -> None:
         self._timeout = progress_timeout
         self._ranks: dict[int, _Rank] = {}
-        self._left_out: dict[int, int] = {}  # node -> ranks its report left out
+        self._left_out: dict[tuple[int, int], int] = {}  # (node, slot) -> ranks left out
         self._unit = "steps"
         self._said_at: float | None = None
         self._said_step: float | None = None
@@ -78,24 +80,25 @@ class Aggregator:
         self._said_done = False
         self._moved_at: float | None = None  # the job's latest step change
 
-    def add(self, node: int, report: NodeReport | None, now: float) -> None:
+    def add(self, node: int, report: NodeReport | None, now: float, slot: int = 0) -> None:
         if report is None:
             return
         self._unit = report.unit
-        self._left_out[node] = report.more
+        self._left_out[(node, slot)] = report.more
         seen = set()
         for rank in report.ranks:
             seen.add(rank.rank)
             old = self._ranks.get(rank.rank)
             moved = old is None or old.step != rank.step or old.node != node
-            entry = _Rank(node, rank.step, rank.total, rank.rate, now)
+            entry = _Rank(node, slot, rank.step, rank.total, rank.rate, now)
             if old is not None and old.node == node:
                 entry.slow_since = old.slow_since
                 entry.moved_at = now if moved else old.moved_at
             self._ranks[rank.rank] = entry
             if moved:
                 self._moved_at = now
-        for gone in [r for r, e in self._ranks.items() if e.node == node and r not in seen]:
+        mine = [r for r, e in self._ranks.items() if (e.node, e.slot) == (node, slot)]
+        for gone in [r for r in mine if r not in seen]:
             del self._ranks[gone]  # left out of this node's report (faster than those sent)
         self._judge(now)
 

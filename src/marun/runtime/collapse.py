@@ -73,8 +73,9 @@ class CollapsingConsole(Console):
 
     def show(self, prefix: bytes, pending: Bytes, data: bytes, end: int) -> None:
         if not prefix or self._flooding(prefix, end + 1):
-            with self._lock:
-                self._out(len(self._groups))
+            if self._groups:  # this rank's held lines first (it added them: it sees them)
+                with self._lock:
+                    self._out(len(self._groups))
             super().show(prefix, pending, data, end)
             return
         lines = (bytes(pending) + data[:end]).split(b"\n")
