@@ -152,7 +152,14 @@ def run(
             for r in range(ranks):
                 _check(logs / f"rank_{r}.log", r, lines)
                 if r in shown:
-                    _check(console, r, lines, prefix=f"[0:{r}] ".encode())
+                    try:
+                        _check(console, r, lines, prefix=f"[0:{r}] ".encode())
+                    except SystemExit as exc:  # which run, and keep its console to look at
+                        keep = Path(tempfile.mkdtemp(prefix="marun-relay-failed-")) / "console.out"
+                        shutil.copy(console, keep)
+                        raise SystemExit(
+                            f"{which}, --console-ranks {console_ranks}: {exc}; {keep}"
+                        ) from None
                 worst[which].append(json.loads((stats / str(r)).read_text())["worst_write"])
             return (seconds, writers(), writers(1), spread())
 

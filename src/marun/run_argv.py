@@ -43,6 +43,9 @@ RUN_OPTIONS: dict[str, tuple[str, str]] = {
     "--peer-timeout": ("peer_timeout", "str"),
     "--hang-timeout": ("hang_timeout", "str"),
     "--preflight": ("preflight", "str"),
+    "--progress-timeout": ("progress_timeout", "str"),
+    "--progress-pattern": ("progress_pattern", "str"),
+    "--collapse-window": ("collapse_window", "str"),
     "--supervise": ("supervise", "flag"),
     "--verbose": ("verbose", "flag"),
 }
@@ -71,6 +74,9 @@ SETTING_OPTIONS = (
     "peer_timeout",
     "hang_timeout",
     "preflight",
+    "progress_timeout",
+    "progress_pattern",
+    "collapse_window",
 )
 FALSE_WORDS = frozenset({"--per-device"})
 MODE_VALUES = ("auto", "ascend", "mindspore", "pytorch", "tensorflow", "mpi")

@@ -22,11 +22,13 @@ ALLOWED: dict[str, set[str]] = {
     "helpers": set(),
     "inputs": set(),
     "plan": {"inputs"},
-    "runtime": {"inputs", "plan"},
+    # the job's progress read from the ranks' output: pure, no part of marun
+    "progress": set(),
+    "runtime": {"inputs", "plan", "progress"},
     "mpi": {"inputs", "plan", "runtime"},
     # the per-node checks and the ring probe; the arrival barrier (job) and doctor run them
     "preflight": {"inputs", "plan"},
-    "job": {"inputs", "plan", "runtime", "preflight"},
+    "job": {"inputs", "plan", "runtime", "preflight", "progress"},
     # The composition root: inputs -> plan -> the job's link -> runtime, every planner by name.
     "launch": {"inputs", "plan", "runtime", "mpi", "job", "preflight"},
     "sim": {"inputs", "plan", "runtime", "mpi", "job", "launch", "run_argv"},

@@ -47,6 +47,7 @@ def test_pytorch_nodes_report_to_the_init_method_host(script: Path) -> None:
         "arrival_timeout": 120.0,
         "peer_timeout": 60.0,
         "hang_timeout": 600.0,
+        "progress_timeout": None,
         "auth": "none",
         "ssh_key": None,
     }

@@ -202,6 +202,8 @@ def test_the_dry_run_shows_the_supervision(tmp_path: Path, fmt: str) -> None:
         "always_supervise": True,
         "prefix_output": True,
         "fail_fast": True,
+        "collapse_window": 0.5,
+        "progress_pattern": None,
     }
 
 

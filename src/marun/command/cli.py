@@ -11,11 +11,13 @@ import typer
 
 from marun.command.options import (
     ArrivalOpt,
+    CollapseOpt,
     CommandArg,
     ConfigOpt,
     ConsoleRanksOpt,
     FatalCodesOpt,
     Format,
+    FullEnvOpt,
     GraceOpt,
     HangOpt,
     KeepOpt,
@@ -32,6 +34,8 @@ from marun.command.options import (
     PeerOpt,
     PerNodeOpt,
     PreflightOpt,
+    ProgressPatternOpt,
+    ProgressTimeoutOpt,
     RecoveryRestartsOpt,
     RecoveryWaitOpt,
     StandaloneOpt,
@@ -99,14 +103,7 @@ def plan(
             "--format", help="table (default on a terminal), json (default otherwise), yaml"
         ),
     ] = None,
-    full_env: Annotated[
-        bool,
-        typer.Option(
-            "--full-env",
-            help="table: each process's whole env, node by node (by default what every process"
-            " shares is shown once, then a table of what differs); json and yaml always hold it",
-        ),
-    ] = False,
+    full_env: FullEnvOpt = False,
     config: ConfigOpt = None,
     nproc_per_node: NprocOpt = None,
     per_node: PerNodeOpt = None,
@@ -130,6 +127,9 @@ def plan(
     peer_timeout: PeerOpt = None,
     hang_timeout: HangOpt = None,
     preflight: PreflightOpt = None,
+    progress_timeout: ProgressTimeoutOpt = None,
+    progress_pattern: ProgressPatternOpt = None,
+    collapse_window: CollapseOpt = None,
     supervise: SuperviseOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -182,6 +182,9 @@ def run(
     peer_timeout: PeerOpt = None,
     hang_timeout: HangOpt = None,
     preflight: PreflightOpt = None,
+    progress_timeout: ProgressTimeoutOpt = None,
+    progress_pattern: ProgressPatternOpt = None,
+    collapse_window: CollapseOpt = None,
     supervise: SuperviseOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:

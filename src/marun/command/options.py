@@ -76,6 +76,14 @@ TfWorkersOnlyOpt = Annotated[
         " container runs no task and ends with the job",
     ),
 ]
+FullEnvOpt = Annotated[
+    bool,
+    typer.Option(
+        "--full-env",
+        help="table: each process's whole env, node by node (by default what every process"
+        " shares is shown once, then a table of what differs); json and yaml always hold it",
+    ),
+]
 # pytorch without the platform, named as torchrun names them (docs/engines/pytorch.md).
 StandaloneOpt = Annotated[
     Optional[bool],
@@ -199,6 +207,35 @@ HangOpt = Annotated[
         metavar="SECONDS",
         help="multi-node: seconds without a line from any rank before the job is dumped and "
         "stopped (default off; stacks need marun[hang])",
+    ),
+]
+CollapseOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--collapse-window",
+        metavar="SECONDS",
+        help="a console line several of a node's ranks print within SECONDS is shown once,"
+        " naming them ([0:0-7] ...); 0 turns it off (default 0.5, where a node shows more"
+        " than two ranks); log files keep every line",
+    ),
+]
+ProgressPatternOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--progress-pattern",
+        metavar="REGEX",
+        help="the step counter in a rank's output, if not one marun knows (tqdm, Trainer,"
+        " Lightning, Keras, MindSpore, step N): a group named step (and total), or a first"
+        " (and second) group",
+    ),
+]
+ProgressTimeoutOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--progress-timeout",
+        metavar="SECONDS",
+        help="multi-node: seconds without a step while the ranks keep printing before the"
+        " job is judged hung, as --hang-timeout (default off)",
     ),
 ]
 

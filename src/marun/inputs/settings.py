@@ -97,6 +97,8 @@ class Settings:
     arrival_timeout: float = 300.0  # seconds node 0 waits for every node to report
     hang_timeout: float | None = None  # seconds without a line from any rank: a hang; off if None
     preflight: str = "on"  # the checks at the arrival barrier: on, off, warn, strict
+    # seconds without a step while ranks print: a hang (the steps read from their output)
+    progress_timeout: float | None = None
     # supervision and files
     log_dir: str | None = None  # default: $MA_LOG_DIR/marun if set, else ./marun_logs
     run_dir: str | None = None  # default: $TMPDIR/marun-<uid>
@@ -110,6 +112,10 @@ class Settings:
     recovery_restarts: int = 3
     recovery_wait: float = 30.0
     console_ranks: tuple[str, ...] = ()  # ranks/names shown on marun's stdout; empty: all
+    # seconds a console line waits for the same line of the node's other ranks (shown once,
+    # naming them); 0: off. On only where a node shows more than two ranks.
+    collapse_window: float = 0.5
+    progress_pattern: str | None = None  # a regex with the step's group: the ranks' progress
 
 
 FIELDS: Mapping[str, Any] = {f.name: f for f in fields(Settings)}

@@ -76,8 +76,9 @@ def _check_settings(platform: Platform) -> None:
             f"a number of seconds >= {MIN_PEER_TIMEOUT:g} (a heartbeat goes every "
             f"{HEARTBEAT:g}s; a node is lost after missing several)",
         )
-    if settings.hang_timeout is not None:
-        check_positive_seconds("hang_timeout", settings.hang_timeout)
+    for name in ("hang_timeout", "progress_timeout"):
+        if getattr(settings, name) is not None:
+            check_positive_seconds(name, getattr(settings, name))
     if not is_port(settings.job_port):
         raise bad_value(
             "job_port", settings.job_port, f"a port {PORT_MIN}-{PORT_MAX}, or 0 for no coordination"
@@ -157,6 +158,9 @@ def _section(mode: str, shape: JobShape, platform: Platform) -> Coordination:
         arrival_timeout=float(settings.arrival_timeout),
         peer_timeout=float(settings.peer_timeout),
         hang_timeout=None if settings.hang_timeout is None else float(settings.hang_timeout),
+        progress_timeout=(
+            None if settings.progress_timeout is None else float(settings.progress_timeout)
+        ),
         auth=auth,
         ssh_key=platform.ssh_key() if auth == "ssh-key" else None,
     )

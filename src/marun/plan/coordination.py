@@ -60,6 +60,7 @@ class Coordination:
     arrival_timeout: float = 300.0
     peer_timeout: float = 60.0
     hang_timeout: float | None = None
+    progress_timeout: float | None = None  # no step while ranks print: a hang (marun.progress)
     auth: str = "none"  # token (MARUN_JOB_TOKEN), ssh-key (Volcano's ssh secret) or none
     ssh_key: str | None = None  # Volcano's private key, the secret's source, when auth is ssh-key
 
@@ -77,12 +78,15 @@ class Coordination:
             "arrival_timeout": self.arrival_timeout,
             "peer_timeout": self.peer_timeout,
             "hang_timeout": self.hang_timeout,
+            "progress_timeout": self.progress_timeout,
             "auth": self.auth,
             "ssh_key": self.ssh_key,
         }
 
     def describe(self) -> str:
         hang = "off" if self.hang_timeout is None else f"{self.hang_timeout:g}s"
+        if self.progress_timeout is not None:
+            hang += f", progress {self.progress_timeout:g}s"
         return (
             f"coordination: node {self.leader} at {self.host}:{self.port}, {self.nodes} nodes x "
             f"{self.slots} slot(s), this node {self.index} slot {self.slot}; arrival "
@@ -94,6 +98,7 @@ class Coordination:
 def coordination_from_dict(data: Mapping[str, Any]) -> Coordination:
     """The inverse of `Coordination.to_dict`."""
     hang = data.get("hang_timeout")
+    steps = data.get("progress_timeout")
     return Coordination(
         host=str(data["host"]),
         port=int(data["port"]),
@@ -107,6 +112,7 @@ def coordination_from_dict(data: Mapping[str, Any]) -> Coordination:
         arrival_timeout=float(data.get("arrival_timeout", 300.0)),
         peer_timeout=float(data.get("peer_timeout", 60.0)),
         hang_timeout=None if hang is None else float(hang),
+        progress_timeout=None if steps is None else float(steps),
         auth=str(data.get("auth", "none")),
         ssh_key=None if data.get("ssh_key") is None else str(data["ssh_key"]),
     )

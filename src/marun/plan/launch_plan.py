@@ -72,6 +72,22 @@ def _seconds(name: str, value: float) -> float:
     return float(value)
 
 
+def _progress_pattern(pattern: str) -> None:
+    """A step counter's pattern: a regular expression with a group for the step (named `step`,
+    or the first)."""
+    import re
+
+    try:
+        groups = re.compile(pattern)
+    except re.error as exc:
+        why = f"a regular expression ({exc})"
+    else:
+        if "step" in groups.groupindex or groups.groups:
+            return
+        why = "a regular expression with a group for the step: (?P<step>[0-9]+) or ([0-9]+)"
+    raise bad_value("progress_pattern", pattern, f"{why} ({_where('progress_pattern')})")
+
+
 def _where(name: str) -> str:
     return f"--{name.replace('_', '-')}, MARUN_{name.upper()} or config key {name}"
 
@@ -91,6 +107,9 @@ class Supervision:
     its round's start twice running; in each round the variables named in `round_ports` (the
     rendezvous or scheduler port, found in the processes' environment) move to a free port.
     `recovery_restarts`/`recovery_wait`: MindSpore's process-level recovery, one process at a time.
+    `collapse_window`: seconds a console line waits for the same line of the node's other ranks
+    (0: off; on only where the node shows more than two ranks, marun.runtime.collapse).
+    `progress_pattern`: the user's step counter (marun.progress.recognise), else the known ones.
     """
 
     grace_period: float = 30.0
@@ -107,9 +126,14 @@ class Supervision:
     fatal_exit_codes: tuple[int, ...] = ()
     quick_failure: float = 30.0
     round_ports: tuple[str, ...] = ()
+    collapse_window: float = 0.5
+    progress_pattern: str | None = None
 
     def __post_init__(self) -> None:
         _seconds("grace_period", self.grace_period)
+        _seconds("collapse_window", self.collapse_window)
+        if self.progress_pattern is not None:
+            _progress_pattern(self.progress_pattern)
         _seconds("recovery_wait", self.recovery_wait)
         _seconds("quick_failure", self.quick_failure)
         for name in ("recovery_restarts", "max_restarts"):
@@ -144,6 +168,8 @@ class Supervision:
             "always_supervise": self.always_supervise,
             "prefix_output": self.prefix_output,
             "fail_fast": self.fail_fast,
+            "collapse_window": self.collapse_window,
+            "progress_pattern": self.progress_pattern,
         }
 
     @classmethod
@@ -163,6 +189,8 @@ class Supervision:
             always_supervise=bool(data["always_supervise"]),
             prefix_output=bool(data["prefix_output"]),
             fail_fast=bool(data.get("fail_fast", True)),
+            collapse_window=float(data.get("collapse_window", 0.5)),
+            progress_pattern=data.get("progress_pattern"),
         )
 
 

@@ -22,6 +22,7 @@ from marun.plan.launch_plan import (
 
 if TYPE_CHECKING:  # a single-node job loads nothing of the job's link
     from marun.runtime.joblink import JobLink
+    from marun.runtime.output import Console
 
     # Opens this node's link to the job's others (marun.launch.open_link: marun.job's, which
     # the runtime never imports).
@@ -116,6 +117,31 @@ def exec_process(proc: ProcessSpec) -> None:
         raise MarunError(f"cannot start {proc.argv[0]!r}: {exc.strerror}") from None
 
 
+def node_console(plan: LaunchPlan, node: NodePlan) -> Console:
+    """marun's stdout for this node's supervisor: lines collapsed across ranks where the node
+    shows more than two ranks and `collapse_window` is not 0 (marun.runtime.collapse), and the
+    node's progress read from what the relay reads (`console.progress`, marun.runtime
+    .node_progress). Neither where the processes are whole `marun run`s (no prefix: theirs do)."""
+    from marun.runtime.output import Console
+
+    supervision = plan.supervision
+    if not supervision.prefix_output:
+        return Console()
+    selection = supervision.console
+    shown = sum(selection.shows(p.name, p.role, p.rank) for p in node.processes)
+    console: Console
+    if shown > 2 and supervision.collapse_window > 0:
+        from marun.runtime.collapse import CollapsingConsole
+
+        console = CollapsingConsole(supervision.collapse_window)
+    else:
+        console = Console()
+    from marun.runtime.node_progress import NodeProgress
+
+    console.progress = NodeProgress(node.index, node.processes, supervision.progress_pattern)
+    return console
+
+
 def execute(plan: LaunchPlan, open_link: LinkOpener | None = None) -> int:
     """Run this node's plan and return marun's exit code.
 
@@ -152,7 +178,8 @@ def execute(plan: LaunchPlan, open_link: LinkOpener | None = None) -> int:
     # marun simulate runs every node's marun on one console: it says so, and only node 0 then
     # prints the job's first failure with its last lines (the others, one line each).
     shared = os.environ.get("MARUN_SHARED_CONSOLE") == "1"
-    supervisor = Supervisor(plan, node, link=link, shared_console=shared)
+    console = node_console(plan, node)
+    supervisor = Supervisor(plan, node, console=console, link=link, shared_console=shared)
     write_files(node.files)
     write_plan_record(plan, node)
     return supervisor.run()

@@ -28,11 +28,14 @@ import signal
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Union
+from typing import TYPE_CHECKING, Union
 
 from marun._files import private_dir, write_all
 from marun.errors import bad_value
 from marun.runtime.signals import RELAYED
+
+if TYPE_CHECKING:
+    from marun.runtime.node_progress import NodeProgress
 
 MAX_LINE = 1 << 20
 PIPE_SIZE = 1 << 20
@@ -85,6 +88,9 @@ class Console:
         self._fd = fd
         self._open = True
         self._lock = threading.Lock()
+        # The node's progress (marun.runtime.node_progress): each stream shown hands it its
+        # latest blocks; None: nobody reads progress.
+        self.progress: NodeProgress | None = None
 
     def write(self, parts: Sequence[Bytes]) -> None:
         """`parts` joined are whole lines, each ending with a newline; writev joins them in the
@@ -92,14 +98,42 @@ class Console:
         if not self._open:
             return
         with self._lock:
-            if not self._open:
-                return
-            try:
-                written = os.writev(self._fd, parts)
-                if written < sum(len(p) for p in parts):
-                    write_all(self._fd, b"".join(parts)[written:])
-            except OSError:
-                self._open = False
+            self._write_locked(parts)
+
+    def _write_locked(self, parts: Sequence[Bytes]) -> None:
+        if not self._open:
+            return
+        try:
+            written = os.writev(self._fd, parts)
+            if written < sum(len(p) for p in parts):
+                write_all(self._fd, b"".join(parts)[written:])
+        except OSError:
+            self._open = False
+
+    def show(self, prefix: bytes, pending: Bytes, data: bytes, end: int) -> None:
+        """`pending` and data[:end+1] (whole lines) of the stream whose prefix is `prefix`,
+        each line prefixed: the replace runs over the whole read (no slice copied first) and
+        the write stops at its last newline. (marun.runtime.collapse: the collapsing one.)"""
+        if prefix:
+            body = data.replace(b"\n", b"\n" + prefix)
+            cut = len(body) - (len(data) - end - 1) - len(prefix)  # just past the last newline
+        else:
+            body, cut = data, end + 1
+        lines = memoryview(body)[:cut]
+        if pending:
+            self.write([prefix, pending, lines] if prefix else [pending, lines])
+        else:
+            self.write([prefix, lines] if prefix else [lines])
+
+    def show_line(self, prefix: bytes, line: bytes) -> None:
+        """One line without its newline (a stream's last, or a piece of an over-long one)."""
+        self.write([prefix, line, b"\n"])
+
+    def stream_began(self) -> None:
+        """A stream that shows its lines here was made (the collapsing console counts them)."""
+
+    def stream_ended(self) -> None:
+        """A stream ended (the collapsing console: the last one writes out what it holds)."""
 
 
 class OutputStream:
@@ -121,6 +155,12 @@ class OutputStream:
         self._pending = bytearray()  # the start of a line whose newline has not come yet
         self._on_log_error = on_log_error
         self._log_ok = True
+        # The node's progress looks at each stream's latest blocks (by reference, no copy),
+        # when it reports: nothing is parsed here.
+        progress = console.progress if console is not None else None
+        if console is not None:
+            console.stream_began()
+        self._recent = progress.stream(prefix) if progress is not None else None
 
     def feed(self, data: bytes) -> None:
         # A full disk must not stop the job (the console still shows the output), but it must
@@ -132,6 +172,8 @@ class OutputStream:
                 self._log_ok = False
                 if self._on_log_error is not None:
                     self._on_log_error(exc)
+        if self._recent is not None:
+            self._recent.append(data)
         end = data.rfind(b"\n")
         if end >= 0:
             # The whole lines of this read, the first one begun in `_pending` (earlier reads).
@@ -151,24 +193,12 @@ class OutputStream:
         if self._pending:
             self._emit_line(bytes(self._pending))
             self._pending.clear()
+        if self._console is not None:
+            self._console.stream_ended()
 
     def _show(self, data: bytes, end: int) -> None:
-        """`_pending` and data[:end+1] to the console, each line prefixed: the replace runs over
-        the whole read (no slice copied first) and the write stops at its last newline."""
         assert self._console is not None
-        prefix = self._prefix
-        if prefix:
-            body = data.replace(b"\n", b"\n" + prefix)
-            cut = len(body) - (len(data) - end - 1) - len(prefix)  # just past the last newline
-        else:
-            body, cut = data, end + 1
-        lines = memoryview(body)[:cut]
-        if self._pending:
-            self._console.write(
-                [prefix, self._pending, lines] if prefix else [self._pending, lines]
-            )
-        else:
-            self._console.write([prefix, lines] if prefix else [lines])
+        self._console.show(self._prefix, self._pending, data, end)
 
     def _keep_tail(self, data: bytes, end: int) -> None:
         """The last lines of `_pending` + data[:end] into the tail: found from the end, so a
@@ -190,7 +220,7 @@ class OutputStream:
     def _emit_line(self, line: bytes) -> None:
         """One line (the last one, or a piece of an over-long one) to the console and the tail."""
         if self._console is not None:
-            self._console.write([self._prefix, line, b"\n"])
+            self._console.show_line(self._prefix, line)
         if self._tail.maxlen != 0:
             self._tail.append(tail_line(line))
 

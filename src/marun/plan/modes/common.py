@@ -55,6 +55,8 @@ def supervision(platform: Platform, always_supervise: bool = False) -> Supervisi
         max_restarts=settings.max_restarts,
         fatal_exit_codes=exit_codes("fatal_exit_codes", settings.fatal_exit_codes),
         quick_failure=settings.quick_failure,
+        collapse_window=settings.collapse_window,
+        progress_pattern=settings.progress_pattern,
     )
 
 
