@@ -188,3 +188,35 @@ def test_a_member_follows_start_restart_stop_done_and_a_stall_is_its_own() -> No
 def test_at_most_ten_modules_at_the_top_of_the_package() -> None:
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(top) <= 10, top
+
+
+def test_steps_that_stand_still_start_a_round_when_one_is_left_and_job_json_keeps_them() -> None:
+    from marun.job.messages import Beat
+    from marun.job.report import state_report
+    from marun.progress.tracker import NodeReport, RankProgress
+
+    coord = _coord(progress_timeout=5.0)
+    m = JobMachine(coord, "leader", rule=RoundRule(1), ports={}, now=0.0, wall=WALL)
+    for node in range(3):
+        m.hello(f"c{node}", "a", _hello(node), 1.0, WALL)
+    said = []
+    for t in range(2, 12):  # steps 1..3, then they stand still while the ranks print (idle 0)
+        step = min(t - 1, 3)
+        for node in range(3):
+            ranks = tuple(RankProgress(2 * node + i, step, 100, 1.0) for i in range(2))
+            beat = Beat(0.0, None, NodeReport(ranks))
+            m.message(f"c{node}", (node, 0), "hb", beat, float(t), WALL + t)
+        out = m.tick(float(t), WALL + t)
+        said += [a.text for a in out if isinstance(a, Announce)]
+        if m.job.phase is JobPhase.DUMPING:
+            break
+    assert said and said[0].startswith("marun: step 1 of 100"), said
+    assert m.job.phase is JobPhase.DUMPING and "steps have not advanced" in m.job.hang_why
+    section = state_report(m.job, 0)["progress"]
+    assert section["step"] == 3 and len(section["ranks"]) == 6, section
+    out = []
+    for t in range(12, 28):  # no stacks come within the dump's wait (15 s): a round
+        for node in range(3):
+            m.message(f"c{node}", (node, 0), "hb", Beat(0.0, None), float(t), WALL + t)
+        out += m.tick(float(t), WALL + t)
+    assert _kinds(out) == ["restart"] and m.job.rounds[0]["cause"]["exit_code"] == 124

@@ -61,6 +61,9 @@ class JobState:
         self.pf_probed: set[int] = set()  # nodes told their target
         self.pf_decision: Any = None  # marun.preflight.decide.Decision, once decided
         self.pf_seconds: float | None = None  # last arrival -> the decision
+        # the job's progress from the nodes' heartbeats (marun.progress.aggregate.Aggregator,
+        # made on the first report: a job whose ranks print no steps imports none of it)
+        self.progress: Any = None
         self.actions: list[Action] = []
         self.new_hang_judge()
 

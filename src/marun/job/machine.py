@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from marun.exit_codes import HANG_EXIT, LOST_EXIT
 from marun.job import admission, preflight_barrier, round_barrier
-from marun.job.actions import Action, Handle, Key, Refuse, WriteReport
+from marun.job.actions import Action, Announce, Handle, Key, Refuse, WriteReport
 from marun.job.failure import Failure
 from marun.job.hang import describe_stacks
 from marun.job.job_state import JobState
@@ -93,6 +93,8 @@ class JobMachine:
             member.idle = msg.idle
             if msg.cpu is not None:
                 member.cpu_history.append((now, msg.cpu))
+            if msg.progress is not None:
+                self._progress_of(key, msg.progress)
         elif isinstance(msg, FailureSaid):
             self._failure(msg.failure, msg.round, msg.uptime)
         elif isinstance(msg, Stopped):
@@ -140,6 +142,7 @@ class JobMachine:
             round_barrier.check_round(job)
             return self._taken()
         self._watch_hang()
+        self._say_progress()
         self._check_done()
         return self._taken()
 
@@ -236,7 +239,8 @@ class JobMachine:
         """marun.job.hang judges; once hung, every node's stacks are gathered (and written into
         each rank's log) and the job stopped with HANG_EXIT and the reason."""
         job = self.job
-        if job.hang is None or job.stopped is not None:
+        watched = job.hang is not None or job.progress is not None or job.dump_since is not None
+        if not watched or job.stopped is not None:
             return
         running = [m for m in job.members.values() if m.ended is None and not m.daemons_only]
         if not running:
@@ -244,7 +248,11 @@ class JobMachine:
         now = job.now
         if job.phase is JobPhase.RUNNING:
             idle = min(m.idle + (now - m.last_seen) for m in running)
-            why = job.hang.tick(running, idle, now)
+            why = None if job.hang is None else job.hang.tick(running, idle, now)
+            if why is None and job.progress is not None:
+                # the ranks print on, but their steps stand still (--progress-timeout)
+                last_line = max(m.last_seen - m.idle for m in running)
+                why = job.progress.stalled(now, last_line)
             if why is not None:
                 job.hang_why, job.dump_since = why, now
                 job.enter(JobPhase.DUMPING)
@@ -261,6 +269,24 @@ class JobMachine:
             unrestarted = round_barrier.restart(job, HANG_EXIT, failure, None)
             if unrestarted is not None:
                 job.stop(HANG_EXIT, unrestarted)
+
+    def _progress_of(self, key: Key, report: object) -> None:
+        job = self.job
+        if job.progress is None:
+            from marun.progress.aggregate import Aggregator
+
+            job.progress = Aggregator(job.coord.progress_timeout)
+        job.progress.add(key[0], report, job.now, slot=key[1])
+
+    def _say_progress(self) -> None:
+        """The job's status line on node 0's console: at most every 10 s while the steps move,
+        at once on news (marun.progress.aggregate)."""
+        job = self.job
+        if job.progress is None or job.phase is not JobPhase.RUNNING:
+            return
+        line = job.progress.status(job.now)
+        if line is not None:
+            job.actions.append(Announce(f"marun: {line}"))
 
     def _check_done(self) -> None:
         job = self.job

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from marun.job.coordinator import Coordinator
@@ -97,6 +98,7 @@ class Member:
         self.machine = MemberMachine(coord, time.monotonic(), preflight=self._preflight is not None)
         self._done = threading.Event()
         self._last_activity = time.monotonic()
+        self._progress: Callable[[float], Any] | None = None  # watch_progress
         # Not a phase: the owner's request (close()) that the thread finish.
         self._close_requested = threading.Event()
         self._backoff = Backoff()  # before the next try of a connection (marun.job.heartbeat)
@@ -124,6 +126,11 @@ class Member:
                 events.append(self._events.get_nowait())
             except queue.Empty:
                 return events
+
+    def watch_progress(self, source: Callable[[float], Any]) -> None:
+        """Where this node's ranks' steps come from (marun.runtime.node_progress.NodeProgress
+        .report): each heartbeat carries its report, when it has one."""
+        self._progress = source
 
     def activity(self) -> None:
         # From the relay's pump threads: one assignment of a float, atomic under the GIL.
@@ -258,6 +265,15 @@ class Member:
             cpu = descendants_cpu()
             if cpu is not None:
                 fields["cpu"] = round(cpu, 2)
+        source = self._progress
+        if source is not None:
+            try:
+                report = source(now)
+            except Exception as exc:  # the beat goes out all the same; the bug is logged
+                self._log("progress_error", "error", error=f"{type(exc).__name__}: {exc}"[:300])
+                report = None
+            if report is not None:  # nothing on the wire where no rank prints steps
+                fields["progress"] = report.to_wire()
         self._send("hb", **fields)
 
     def _read_leader(self, sock: socket.socket, buf: LineBuffer) -> None:

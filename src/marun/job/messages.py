@@ -29,6 +29,7 @@ class Hello:
 class Beat:
     idle: float  # seconds without a rank's line
     cpu: float | None  # CPU seconds its ranks have used
+    progress: Any = None  # its ranks' steps (marun.progress.tracker.NodeReport), when any
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,18 @@ MemberMessage = Union[
 ]
 
 
+def _progress(value: object) -> Any:
+    """A heartbeat's progress report, or None (none, or not one: the beat counts all the same)."""
+    if not isinstance(value, dict):
+        return None
+    from marun.progress.tracker import NodeReport  # only where a node reports progress
+
+    try:
+        return NodeReport.from_wire(value)
+    except (ValueError, TypeError, KeyError, IndexError):
+        return None
+
+
 def member_message(body: Mapping[str, Any]) -> MemberMessage | None:
     """The typed message of a decoded body (None: a type a member does not send; ValueError:
     a preflight report or link that is not one)."""
@@ -96,7 +109,8 @@ def member_message(body: Mapping[str, Any]) -> MemberMessage | None:
         )
     if kind == "hb":
         cpu = body.get("cpu")
-        return Beat(max(0.0, float(body.get("idle", 0.0))), None if cpu is None else float(cpu))
+        idle = max(0.0, float(body.get("idle", 0.0)))
+        return Beat(idle, None if cpu is None else float(cpu), _progress(body.get("progress")))
     if kind == "failure":
         uptime, round_ = body.get("uptime"), body.get("round")
         return FailureSaid(

@@ -41,7 +41,7 @@ FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "challenge": {"nonce": (str,), "instance": (str,), "version": (int,)},
     "hello": {"nonce": (str,), "host": (str,), "daemons_only": (bool,), "instance": (str,),
               "leader": (str,), "started": (bool,), "version": (int,)},
-    "hb": {"idle": _NUMBER, "cpu": _NUMBER},
+    "hb": {"idle": _NUMBER, "cpu": _NUMBER, "progress": (dict,)},
     "failure": {"failure": (dict,), "round": (int,), "uptime": _NUMBER},
     "stacks": {"text": (str,)},
     "end": {"outcome": (str,), "exit_code": (int,)},

@@ -101,4 +101,7 @@ def state_report(job: JobState, refused: int) -> dict[str, Any]:
     preflight = section(job)
     if preflight is not None:
         report["preflight"] = preflight
+    progress = None if job.progress is None else job.progress.section(job.now)
+    if progress is not None:
+        report["progress"] = progress
     return report

@@ -56,6 +56,7 @@ def _begin(job: JobState, failure: Failure) -> None:
     )
     job.round_failure = failure
     job.new_hang_judge()
+    job.progress = None  # the next round's steps are its own (resumed from a checkpoint, or not)
     job.log("job_restart", "info", round=job.round, cause=describe_cause(cause))
     job.broadcast("restart", round=job.round, cause=cause)
 

@@ -179,6 +179,8 @@ def execute(plan: LaunchPlan, open_link: LinkOpener | None = None) -> int:
     # prints the job's first failure with its last lines (the others, one line each).
     shared = os.environ.get("MARUN_SHARED_CONSOLE") == "1"
     console = node_console(plan, node)
+    if link is not None and console.progress is not None:
+        link.watch_progress(console.progress.report)  # each heartbeat carries the steps
     supervisor = Supervisor(plan, node, console=console, link=link, shared_console=shared)
     write_files(node.files)
     write_plan_record(plan, node)

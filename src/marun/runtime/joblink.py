@@ -4,6 +4,7 @@ with a coordination section; single-node jobs and the exec path load none of it)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional, Protocol
 
@@ -25,6 +26,11 @@ class JobLink(Protocol):
     def fileno(self) -> int: ...
 
     def poll(self) -> list[JobEvent]: ...
+
+    def watch_progress(self, source: Callable[[float], Any]) -> None:
+        """Where this node's ranks' steps come from (runtime.node_progress.NodeProgress.report,
+        called with the monotonic time): the link sends node 0 what it returns with each
+        heartbeat, when not None."""
 
     def activity(self) -> None:
         """A rank wrote something. Called from the relay's pump threads (one per pipe of a rank
