@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from loopback_job import LoopbackJob
+
+from conftest import clean_env
 
 # STEPS steps, one every PACE seconds; from STICK on, the step stands still and the rank keeps
 # printing a line a second (a loss that is logged while nothing moves: a deadlocked loader).
@@ -39,12 +43,17 @@ def test_the_job_s_progress_is_printed_and_kept_in_job_json(tmp_path: Path) -> N
     finally:
         job.kill_all()
     assert codes == {0: 0, 1: 0, 2: 0}, job.report()
-    lines = re.findall(r"marun: step [\d,]+ of 10 .*", job.nodes[0].output)
+    lines = re.findall(r"marun: step [\d,]+ of 10\b.*", job.nodes[0].output)
     assert lines, job.report()  # node 0's status line, from the nodes' heartbeats
     progress = json.loads(job.job_json())["progress"]
     assert progress["total"] == 10 and progress["unit"] == "steps", progress
     assert sorted(r["rank"] for r in progress["ranks"]) == list(range(6)), progress
     assert all(r["step"] >= 5 for r in progress["ranks"]), progress
+    shown = subprocess.run(
+        [sys.executable, "-m", "marun", "report", str(job.work(0) / "marun_logs")],
+        capture_output=True, text=True, check=True, env=clean_env(),
+    ).stdout  # fmt: skip
+    assert re.search(r"^progress: step \d+ of 10", shown, re.M), shown
 
 
 def test_steps_that_stand_still_while_the_ranks_print_are_a_hang(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import html
 from typing import Any
 
 from marun.report.preflight import preflight_lines
+from marun.report.progress import progress_lines
 
 
 def _s(value: object) -> str:
@@ -64,6 +65,7 @@ def render_text(summary: dict[str, Any]) -> str:
         f" stop {_s(ph['stop']['seconds'])}"
     )
     out += preflight_lines(summary.get("preflight"))
+    out += progress_lines(summary.get("progress"))
     for n in summary["nodes"]:
         out.append(
             f"  node {n['index']} ({n['host']}): {n['outcome']}, exit code {n['exit_code']},"

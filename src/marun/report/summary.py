@@ -18,6 +18,7 @@ from marun.report.files import (
     time_of,
 )
 from marun.report.preflight import preflight_of
+from marun.report.progress import progress_of
 
 SCHEMA = 1
 
@@ -254,6 +255,7 @@ def summarize(log_dir: Path) -> dict[str, Any]:
         "phases": phases,
         "nodes": nodes,
         "preflight": preflight_of(found.job),
+        "progress": progress_of(found.job),
         "files": {
             "job": str(found.job_path) if found.job_path else None,
             "results": [str(p) for p, _ in found.results],
