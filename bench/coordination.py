@@ -39,6 +39,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import bench_env, load_note
@@ -215,6 +216,8 @@ class Light:
     seq_out: int = 0
     seq_in: int = -1
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    step: int = 0  # --progress: the step its one rank reports with each heartbeat
+    progress: ClassVar[bool] = False  # --progress
 
     def send(self, kind: str, **fields: object) -> None:
         body = {"job": JOB, "node": self.node, "slot": self.slot, "type": kind, **fields}
@@ -270,7 +273,13 @@ class Light:
         await asyncio.sleep(random.uniform(0.0, self.every - 1.0))
         while True:
             if not self.silent:
-                self.send("hb", idle=0.0)
+                if Light.progress:  # one rank per member, a step further at each beat
+                    self.step += 1
+                    rank = self.node * 8 + self.slot
+                    report = {"ranks": [[rank, self.step, 1_000_000, 1.0]]}
+                    self.send("hb", idle=0.0, progress=report)
+                else:
+                    self.send("hb", idle=0.0)
             await asyncio.sleep(self.every)
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
@@ -464,6 +473,11 @@ def main() -> int:
         help="override marun.job.heartbeat.BEATS_PER_SECOND everywhere (e.g. 1e9: one a second)",
     )
     parser.add_argument(
+        "--progress",
+        action="store_true",
+        help="every heartbeat carries its rank's step (part 21: node 0 aggregates the job's)",
+    )
+    parser.add_argument(
         "--lost",
         action="store_true",
         help="the stop comes from a member that goes silent (lost-node detection), not a failure",
@@ -490,6 +504,7 @@ def main() -> int:
         f"ratios per member against {sizes[0][0]}x{sizes[0][1]}; peer_timeout "
         f"{args.peer_timeout:g}s{'; stop from a lost member' if args.lost else ''}"
     )
+    Light.progress = args.progress
     results = []
     for n, s in sizes:
         for _ in range(5):  # a free port picked may be taken before node 0 binds it: again

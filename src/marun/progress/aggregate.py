@@ -26,6 +26,10 @@ STATUS_EVERY = 10.0  # seconds between two status lines at most (unless a change
 STRAGGLER_FRACTION = 0.5  # of the median rate
 STRAGGLER_WINDOW = 60.0  # seconds a rank stays that slow before it is named
 SLOWEST_KEPT = 5  # ranks named in job.json's `slowest`
+# Node 0 hears 8,192 reports a second at 1,024 x 8 with a beat a second: a report costs its own
+# ranks only; the walks over every rank (the stragglers' judgement, the status line) run at most
+# this often (bench/coordination.py --progress).
+LOOK_EVERY = 1.0
 
 
 @dataclass
@@ -79,13 +83,17 @@ class Aggregator:
         self._said_named: frozenset[int] = frozenset()
         self._said_done = False
         self._moved_at: float | None = None  # the job's latest step change
+        self._by_source: dict[tuple[int, int], set[int]] = {}  # (node, slot) -> its ranks
+        self._judged_at: float | None = None
+        self._looked_at: float | None = None  # status(): the last full look
 
     def add(self, node: int, report: NodeReport | None, now: float, slot: int = 0) -> None:
         if report is None:
             return
         self._unit = report.unit
-        self._left_out[(node, slot)] = report.more
-        seen = set()
+        source = (node, slot)
+        self._left_out[source] = report.more
+        seen: set[int] = set()
         for rank in report.ranks:
             seen.add(rank.rank)
             old = self._ranks.get(rank.rank)
@@ -94,16 +102,18 @@ class Aggregator:
             if old is not None and old.node == node:
                 entry.slow_since = old.slow_since
                 entry.moved_at = now if moved else old.moved_at
+            if old is not None and (old.node, old.slot) != source:
+                self._by_source.get((old.node, old.slot), set()).discard(rank.rank)
             self._ranks[rank.rank] = entry
             if moved:
                 self._moved_at = now
-        mine = [r for r, e in self._ranks.items() if (e.node, e.slot) == (node, slot)]
-        for gone in [r for r in mine if r not in seen]:
-            del self._ranks[gone]  # left out of this node's report (faster than those sent)
-        self._judge(now)
+        for gone in self._by_source.get(source, set()) - seen:
+            self._ranks.pop(gone, None)  # left out of this node's report (faster than those sent)
+        self._by_source[source] = seen
 
     def _judge(self, now: float) -> None:
         """Each rank's `slow_since`: set while its rate is below the fraction of the median."""
+        self._judged_at = now
         median = self._median_rate()
         for entry in self._ranks.values():
             slow = (
@@ -124,6 +134,8 @@ class Aggregator:
         return median if median > 0 else None
 
     def stragglers(self, now: float) -> list[Straggler]:
+        if self._judged_at is None or now - self._judged_at >= LOOK_EVERY:
+            self._judge(now)  # (a walk over every rank: once a second at most)
         median = self._median_rate()
         if median is None:
             return []
@@ -156,6 +168,9 @@ class Aggregator:
 
     def status(self, now: float) -> str | None:
         """The status line to print now, or None (too soon, or nothing worth saying)."""
+        if self._looked_at is not None and now - self._looked_at < LOOK_EVERY:
+            return None
+        self._looked_at = now
         job = self.job()
         if job is None:
             return None
