@@ -42,7 +42,7 @@ def open_link(plan: LaunchPlan, log: Any) -> Member:
             log=emit,
             rule=RoundRule.of(watching),
             ports=ports,
-            # beside result.json, where the supervisor writes it (marun.runtime.supervisor_report)
+            # beside result.json, where the supervisor writes it (marun.runtime.node_state)
             report_dir=watching.record_dir or os.path.dirname(node.processes[0].log),
         ).start()
     return Member(
