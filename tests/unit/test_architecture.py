@@ -189,6 +189,33 @@ def test_no_import_circle_through_the_plan_floor() -> None:
                 todo.extend(graph.get(module, ()))
 
 
+def test_the_supervisors_parts_never_import_it() -> None:
+    """The node's supervisor composes its parts (its state, the stop, the rounds, the report):
+    they import the state and one another one way, never the supervisor (no circle, no base
+    class), directly or not. `from marun.runtime import supervisor` counts too."""
+    names = {_module_name(p): p for p in SOURCES}
+
+    def imported(module: str) -> set[str]:
+        found = set()
+        for node in ast.walk(ast.parse(names[module].read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+        return found & set(names)
+
+    top = "marun.runtime.supervisor"
+    for part in ("node_state", "node_stop", "node_rounds", "node_report"):
+        seen: set[str] = set()
+        todo = [f"marun.runtime.{part}"]
+        while todo:
+            module = todo.pop()
+            assert module != top, f"marun.runtime.{part} imports the supervisor"
+            if module not in seen:
+                seen.add(module)
+                todo.extend(imported(module))
+
+
 # One owner per derived fact (part 12): where a fact is derived from the platform or a number
 # bound is written, it is written once; everything else asks the owner. What is looked for:
 # a string constant that is the fact (not a docstring or a message quoting it), a number, or a

@@ -51,7 +51,7 @@ def open_link(plan: LaunchPlan, log: Any, platform: Platform | None = None) -> M
             log=emit,
             rule=RoundRule.of(watching),
             ports=ports,
-            # beside result.json, where the supervisor writes it (marun.runtime.supervisor_report)
+            # beside result.json, where the supervisor writes it (marun.runtime.node_state)
             report_dir=watching.record_dir or os.path.dirname(node.processes[0].log),
             preflight=policy,
         ).start()

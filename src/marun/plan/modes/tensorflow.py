@@ -22,7 +22,7 @@ Decisions:
   are done. With `--tf-chief` (ParameterServerStrategy: the chief coordinates, the workers only
   serve) the workers never exit by themselves either, so they are daemons too: a container of
   daemons is supervised, not exec'd, and ends with the job (status 0 once the workers are done;
-  a stop signal before that is the job's failure, 128+N: marun.runtime.supervisor_stop).
+  a stop signal before that is the job's failure, 128+N: marun.runtime.node_stop).
 """
 
 from __future__ import annotations

@@ -1,0 +1,120 @@
+"""One node's supervision as data (`NodeState`): the records, the processes running, the phase
+and its deadlines, the job's link; with the few moves every part of the supervisor makes: change
+phase (checked against marun.runtime.phase.SUPERVISOR_MOVES) and say something (marun's events,
+held back until every process started; a line on stderr). The parts that act on it are
+marun.runtime.node_stop (signals and the stop), marun.runtime.node_rounds (restart rounds) and
+marun.runtime.node_report (result.json, the end with the job); marun.runtime.supervisor composes
+them and owns the loop, the processes' start and their output. Each imports this module, never
+the one that composes it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+from marun._files import private_dir
+from marun.plan.launch_plan import LaunchPlan, NodePlan
+from marun.runtime.output import new_tail
+from marun.runtime.phase import SUPERVISOR_MOVES, Phase
+from marun.runtime.result import JobRecord, ProcessRecord
+
+if TYPE_CHECKING:
+    from structlog.typing import FilteringBoundLogger
+
+    from marun.runtime.joblink import JobEvent, JobLink
+
+
+class NodeState:
+    """The supervisor's shared fields (marun.runtime.supervisor builds it, then the parts)."""
+
+    def __init__(
+        self, plan: LaunchPlan, node: NodePlan, link: JobLink | None, shared_console: bool
+    ) -> None:
+        # The log (structlog) is imported once every process has started: it costs more than
+        # starting them. Until then events wait here, with the time they happened.
+        self.log: FilteringBoundLogger | None = None
+        self.early: list[tuple[str, str, dict[str, object], float]] | None = []
+        self.options = plan.supervision
+        self.node = node
+        self.job = JobRecord(
+            mode=plan.mode,
+            node=node.index,
+            host=node.host,
+            processes=[ProcessRecord(spec=p, tail=new_tail()) for p in node.processes],
+        )
+        self.records = self.job.processes
+        self.log_fds: list[int] = []  # each record's log descriptor (the supervisor opens them)
+        self.running: dict[int, tuple[ProcessRecord, subprocess.Popen[bytes]]] = {}
+        self.groups: set[int] = set()  # every process group started, leader alive or not
+        self.pending: dict[int, float] = {}  # record index -> monotonic time of its restart
+        # ARRIVING only where the job spans nodes: nothing starts before node 0 says `start`.
+        self.phase = Phase.ARRIVING if link is not None else Phase.RUNNING
+        self.deadline = 0.0
+        self.others_due: float | None = None  # fail_fast off: when to stop the others anyway
+        self.signalled: set[int] = set()  # adopted orphans signalled one by one while stopping
+        self.stop_sig = int(signal.SIGTERM)
+        self.last_scan = 0.0
+        self.children_left = True
+        self.subreaper = False
+        self.log_errors: deque[tuple[str, str, OSError]] = deque()  # from the pump threads
+        self.daemons_only = all(rec.spec.daemon for rec in self.records)
+        # The rest of the job (multi-node plans with a coordination section): nothing starts
+        # before every node has arrived; a stop from node 0 ends this node like a failure here.
+        self.link = link
+        self.job_stop: JobEvent | None = None
+        coord = plan.coordination
+        # Where the nodes share one console (marun simulate), the leader's marun alone prints the
+        # job's first failure with its last lines; the others one line per process.
+        self.tail_on: int | None = None
+        if shared_console and coord is not None and (coord.index, coord.slot) != (coord.leader, 0):
+            self.tail_on = coord.leader
+
+    def move(self, phase: Phase) -> None:
+        """The one place the phase changes, checked against runtime.phase.SUPERVISOR_MOVES."""
+        self.phase = SUPERVISOR_MOVES.move(self.phase, phase, self.emit)
+
+    # -- its voice ------------------------------------------------------------------------------
+
+    def emit(self, event: str, level: str = "info", **fields: object) -> None:
+        """A structlog event; a closed stderr must not stop the supervision."""
+        if self.early is not None:
+            self.early.append((event, level, fields, time.time()))
+            return
+        # The simulator's supervisor (prefix_output off: its processes are whole `marun run`s,
+        # one per simulated node, each naming itself) is no node of the job: its events name the
+        # process (node1, ...), not a node index of its own that would read as node 0.
+        where = {"node": self.node.index} if self.options.prefix_output else {}
+        with contextlib.suppress(OSError, ValueError):
+            getattr(self.log, level)(event, **where, **fields)
+
+    def log_early_events(self) -> None:
+        if self.early is None:
+            return
+        from marun.log import get_logger
+
+        early, self.early = self.early, None
+        self.log = get_logger("marun.runtime.supervisor")
+        from marun.log import log_to_file
+
+        # marun's own events go to the events file beside result.json; the console gets only
+        # what needs a person (marun.log says which).
+        with contextlib.suppress(OSError):
+            log_to_file(private_dir(self.record_dir(), strict=False))
+        for event, level, fields, at in early:
+            self.emit(event, level, _at=at, **fields)
+
+    def record_dir(self) -> str:
+        """Where result.json and marun's events file go."""
+        return self.options.record_dir or os.path.dirname(self.records[0].spec.log)
+
+    @staticmethod
+    def say(text: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write(text)
+            sys.stderr.flush()
