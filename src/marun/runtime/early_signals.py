@@ -34,7 +34,7 @@ class EarlyStop(BaseException):
 
 
 def _record(signum: int, frame: FrameType | None) -> None:
-    if not _received:
+    if len(_received) < 64:  # (bounded: a flood of signals is one fact)
         _received.append(signum)
     if _raising[0]:
         raise EarlyStop(signum)
@@ -56,3 +56,14 @@ def hold() -> None:
 def first() -> int | None:
     """The first stop signal recorded, or None."""
     return _received[0] if _received else None
+
+
+def count() -> int:
+    """How many stop signals were recorded so far (a mark for `since`)."""
+    return len(_received)
+
+
+def since(mark: int) -> int | None:
+    """The first stop signal recorded after `mark` (`count()` then), or None: one that came while
+    nothing else listened (between the supervisor's loop and its wait for the job's end)."""
+    return _received[mark] if len(_received) > mark else None

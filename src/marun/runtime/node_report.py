@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from marun.exit_codes import signal_exit
+from marun.runtime import early_signals
 from marun.runtime.node_state import NodeState
 from marun.runtime.result import (
     failure_summary,
@@ -52,6 +53,11 @@ def _end_of_job(st: NodeState) -> int:
     assert st.link is not None
     try:
         with interruptible():
+            # A stop signal between the supervisor's loop and this wait was only recorded
+            # (marun.runtime.early_signals' handler was back): acted on now, as if it came here.
+            late = early_signals.since(st.signals_mark)
+            if late is not None:
+                raise Interrupted(late)
             code = st.link.report_end(st.job.outcome, st.job.exit_code)
     except Interrupted as exc:
         # Stopped while waiting for the rest of the job (the platform ends the pod).

@@ -68,6 +68,9 @@ class NodeState:
         # before every node has arrived; a stop from node 0 ends this node like a failure here.
         self.link = link
         self.job_stop: JobEvent | None = None
+        # early_signals' count when the supervisor's own signal handling began: a stop signal
+        # recorded after it came once that handling was over (node_report's wait for the end)
+        self.signals_mark = 0
         coord = plan.coordination
         # Where the nodes share one console (marun simulate), the leader's marun alone prints the
         # job's first failure with its last lines; the others one line per process.

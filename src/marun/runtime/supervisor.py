@@ -118,6 +118,7 @@ class Supervisor:
             with SignalPipe() as sigs:
                 self._sel.register(sigs.fileno(), selectors.EVENT_READ, None)
                 early = early_signals.first()  # one that came before this pipe listened
+                st.signals_mark = early_signals.count()
                 st.job.started = time.time()
                 if early is not None:
                     node_stop.on_signals(st, [early])  # nothing starts; the job hears of it
