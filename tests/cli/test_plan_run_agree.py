@@ -74,6 +74,7 @@ CASES = [
     Given("collapse_window", "env", "nan", "0"),
     Given("progress_pattern", "cli", "step (", "step (?P<step>[0-9]+)"),
     Given("progress_pattern", "yaml", "no group", "'it=([0-9]+)'"),
+    Given("preflight", "cli", "sometimes", "warn"),
     Given("ms_ssl", "env", "maybe", "0", "mindspore"),
     Given("ms_server_cert", "yaml", "[a]", "server.p12", "mindspore"),
     Given("ms_client_cert", "yaml", "[a]", "client.p12", "mindspore"),
