@@ -479,10 +479,13 @@ class JobInterleavings(RuleBasedStateMachine):
             self.job.port.sel.close()
 
 
-def run_interleavings(examples: int, steps: int) -> None:
-    """`examples` interleavings of up to `steps` steps each (the fast lane's and the slow's)."""
+def run_interleavings(
+    examples: int, steps: int, machine: type[JobInterleavings] = JobInterleavings
+) -> None:
+    """`examples` interleavings of up to `steps` steps each (the fast lane's and the slow's), of
+    `machine` (this harness, or test_job_machine_interleavings' over the job machine alone)."""
     run_state_machine_as_test(
-        JobInterleavings,
+        machine,
         settings=settings(
             max_examples=examples,
             stateful_step_count=steps,

@@ -13,9 +13,8 @@ import os
 from collections import deque
 from typing import Any
 
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import initialize, rule, run_state_machine_as_test
+from hypothesis.stateful import initialize, rule
 from test_job_interleavings import (
     ARRIVAL_TIMEOUT,
     JOB,
@@ -24,6 +23,7 @@ from test_job_interleavings import (
     SECRET,
     JobInterleavings,
     Node,
+    run_interleavings,
 )
 
 from marun.job.actions import (
@@ -279,15 +279,7 @@ class MachineInterleavings(JobInterleavings):
 
 
 def run_machine_interleavings(examples: int, steps: int) -> None:
-    run_state_machine_as_test(
-        MachineInterleavings,
-        settings=settings(
-            max_examples=examples,
-            stateful_step_count=steps,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-        ),
-    )
+    run_interleavings(examples, steps, MachineInterleavings)
 
 
 def test_the_job_machine_in_every_interleaving() -> None:
