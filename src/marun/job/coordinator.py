@@ -70,7 +70,7 @@ class Coordinator:
         # job.json's directory: node 0 writes it itself, as the job ends (or at close)
         self._report_dir = report_dir
         self.report_path: str | None = None
-        self._announce = announce or _stderr_line
+        self._announce = announce or console_line
         self._log = log or (lambda event, level="info", **kw: None)
         self._lock = threading.Lock()
         self.instance = new_nonce()  # this coordinator's: a restarted node 0 has another
@@ -333,7 +333,9 @@ class Coordinator:
             return write_job_json(self.report(), directory)
 
 
-def _stderr_line(text: str) -> None:
+def console_line(text: str) -> None:
+    """A line on marun's console (stderr), never raising: node 0's announcements, and a node's
+    preflight warnings (marun.job.member)."""
     with contextlib.suppress(OSError, ValueError):
         sys.stderr.write(text + "\n")
         sys.stderr.flush()

@@ -11,14 +11,13 @@ import os
 import queue
 import select
 import socket
-import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable
 from typing import Any
 
-from marun.job.coordinator import Coordinator
+from marun.job.coordinator import Coordinator, console_line
 from marun.job.cputime import descendants_cpu
 from marun.job.handshake import read_challenge
 from marun.job.heartbeat import Backoff, Beat
@@ -253,7 +252,7 @@ class Member:
             elif isinstance(action, ProbeNext) and self._preflight is not None:
                 self._preflight.probe(action.target)
             elif isinstance(action, Say):
-                _console_line(f"marun: {action.text}")
+                console_line(f"marun: {action.text}")
         if self._preflight is not None and self.machine.phase is not MemberPhase.WAITING:
             self._preflight.close()  # started, stopped or done: no probe comes any more
         if self.machine.done:
@@ -376,9 +375,3 @@ class Member:
                 sock.sendall(line)
             except OSError:
                 self._disconnect()
-
-
-def _console_line(text: str) -> None:
-    with contextlib.suppress(OSError, ValueError):
-        sys.stderr.write(text + "\n")
-        sys.stderr.flush()

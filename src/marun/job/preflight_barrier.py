@@ -9,6 +9,7 @@ section. "off": none of this runs, and marun.preflight is not imported."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from marun.exit_codes import LOST_EXIT
@@ -21,8 +22,6 @@ def on_report(job: JobState, key: Key, report: Any) -> None:
     """A node's report (once; from its slot 0): the probes that can go now."""
     if job.preflight == "off" or key[1] != 0 or job.start_sent or key[0] in job.pf_reports:
         return
-    from dataclasses import replace
-
     # The node is who its hello said, whatever its report says.
     job.pf_reports[key[0]] = replace(report, node=key[0])
     nodes = job.coord.nodes
@@ -42,8 +41,6 @@ def on_report(job: JobState, key: Key, report: Any) -> None:
 def on_link(job: JobState, key: Key, link: Any) -> None:
     if job.preflight == "off" or key[1] != 0 or job.start_sent or key[0] in job.pf_links:
         return
-    from dataclasses import replace
-
     job.pf_links[key[0]] = replace(link, src=key[0])
 
 
