@@ -172,7 +172,7 @@ def _came_back(job: JobState, key: Key, msg: Hello, old: MemberState | None) -> 
         old.ended = old.outcome = old.exit_code = None
         return
     why = f"node {node} came back after the start: its earlier marun was lost"
-    if old is not None and round_barrier.rejoin(job, key):
+    if old is not None and round_barrier.rejoin(job, key, ran=msg.started):
         return  # admitted into the restart round
     job.log("node_came_back", "error", node=node, slot=key[1], host=host)
     if job.stopped is None:

@@ -65,10 +65,12 @@ def round_cause(job: JobState) -> dict[str, object] | None:
     return job.rounds[-1]["cause"] if job.rounds else None
 
 
-def rejoin(job: JobState, key: Key) -> bool:
-    """A new marun for a node after the start (its pod recreated): admitted into the next
-    round when there is one (True), its old one's ranks being gone; else the caller fails the
-    job."""
+def rejoin(job: JobState, key: Key, ran: bool = False) -> bool:
+    """A marun for a node after the start that is not the one the job had (its pod recreated):
+    admitted into the next round when there is one (True); else the caller fails the job. `ran`:
+    its hello says the job had started for it, so it may still run ranks (the node's own marun,
+    whose place another took meanwhile): it is told the round like any node and counted once it
+    says `stopped`; a new one runs nothing and is counted at once."""
     member = job.members[key]
     if job.rule is None or job.stopped is not None:
         return False
@@ -81,7 +83,9 @@ def rejoin(job: JobState, key: Key) -> bool:
         if restart(job, LOST_EXIT, failure, None) is not None:
             return False
     member.ended = member.outcome = member.exit_code = None
-    member.stopped_round = job.round  # a new marun runs nothing yet
+    # A new marun runs nothing yet; one that ran is counted once it says so (what another marun
+    # in its place said before does not count for it).
+    member.stopped_round = job.round if not ran else min(member.stopped_round, job.round - 1)
     job.log("node_rejoined", "info", node=key[0], slot=key[1], round=job.round)
     return True
 
