@@ -16,13 +16,12 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, rule
 from test_job_interleavings import (
-    ARRIVAL_TIMEOUT,
     JOB,
     NODES,
-    PEER_TIMEOUT,
     SECRET,
     JobInterleavings,
     Node,
+    job_section,
     run_interleavings,
 )
 
@@ -42,7 +41,6 @@ from marun.job.phases import JobPhase
 from marun.job.protocol import PROTOCOL, ProtocolError, decode, encode, new_nonce
 from marun.job.report import state_report
 from marun.job.roster import Roster
-from marun.plan.coordination import Coordination
 from marun.runtime.round_rule import RoundRule
 
 WALL = 1.7e9
@@ -92,15 +90,7 @@ class MachineInterleavings(JobInterleavings):
     @initialize(budget=st.integers(0, 3))
     def make_job(self, budget: int) -> None:
         self.budget = budget
-        coord = Coordination(
-            host="127.0.0.1",
-            port=0,
-            nodes=NODES,
-            index=0,
-            job=JOB,
-            arrival_timeout=ARRIVAL_TIMEOUT,
-            peer_timeout=PEER_TIMEOUT,
-        )
+        coord = job_section()
         rule = RoundRule(budget, quick=0.0)
         now = self.clock.now
         self.view = MachineView(
@@ -273,9 +263,11 @@ class MachineInterleavings(JobInterleavings):
             self._apply(self.machine.tick(now, WALL + now))
             self._settle()
 
+    def _patch_time(self) -> None:
+        """Nothing to patch: the machine is given the time with each event."""
+
     def close(self) -> None:
-        for mod, real in self._saved.items():
-            mod.time = real  # type: ignore[attr-defined]
+        pass
 
 
 def run_machine_interleavings(examples: int, steps: int) -> None:
