@@ -17,6 +17,7 @@ from marun.job.coordinator import Coordinator
 from marun.job.member import Member
 from marun.job.protocol import PROTOCOL, ProtocolError, decode, encode, fresh, new_nonce
 from marun.plan.coordination import Coordination
+from marun.runtime.failure import Failure
 from marun.runtime.joblink import JobEvent
 
 SECRET = b"s3cret"
@@ -182,19 +183,19 @@ def test_missing_node_stops_everyone_naming_it(port: int, members: list[Member])
     for m in members:
         stop = events(m, "stop")
         assert stop.code == LOST_EXIT
-        assert stop.failure is not None and "node 2" in stop.failure["why"]
+        assert stop.failure is not None and "node 2" in str(stop.failure.why)
 
 
 def test_first_failure_reaches_every_node(port: int, members: list[Member], tmp_path: Path) -> None:
     start_members(port, members, [0, 1, 2], report_dir=str(tmp_path))
     for m in members:
         events(m, "start")
-    members[2].report_failure({"name": "rank4", "rank": 4, "exit_code": 3, "tail": ["boom"]})
+    members[2].report_failure(Failure(name="rank4", rank=4, exit_code=3, tail=("boom",)))
     for m in members:
         stop = events(m, "stop")
         assert stop.code == 3
         assert stop.failure is not None
-        assert (stop.failure["node"], stop.failure["rank"]) == (2, 4)
+        assert (stop.failure.node, stop.failure.rank) == (2, 4)
     assert end_all(members, [143, 143, 3]) == {0: 3, 1: 3, 2: 3}
     report = json.loads((tmp_path / "job.json").read_text())
     assert report["exit_code"] == 3 and report["first_failure"]["rank"] == 4
@@ -208,7 +209,7 @@ def test_a_silent_node_counts_as_lost(port: int, members: list[Member]) -> None:
     members[1].close()  # its marun is gone: no end, no heartbeat
     for m in (members[0], members[2]):
         stop = events(m, "stop")
-        assert stop.code == LOST_EXIT and "node 1" in stop.failure["why"]  # type: ignore[index]
+        assert stop.code == LOST_EXIT and "node 1" in str(stop.failure and stop.failure.why)
 
 
 def test_forged_messages_are_refused(port: int, members: list[Member]) -> None:

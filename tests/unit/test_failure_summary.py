@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 
 from marun.plan.launch_plan import ProcessSpec
+from marun.runtime.failure import Failure
 from marun.runtime.output import new_tail
 from marun.runtime.reaper import Ending
 from marun.runtime.result import (
@@ -51,8 +52,8 @@ def test_the_first_failure_is_printed_once_then_one_line_per_other_process() -> 
 
 def test_a_coordinated_node_names_a_rankless_first_failure_plainly() -> None:
     job = JobRecord("mindspore", 1, "h1", [_proc("worker1", 1, Ending(143, 15), 15)])
-    failure = {"node": 0, "host": "h0", "name": "scheduler", "rank": None, "exit_code": 3,
-               "signal": None, "log": "/l/scheduler.log", "tail": ["boom"]}  # fmt: skip
+    failure = Failure(node=0, host="h0", name="scheduler", exit_code=3, log="/l/scheduler.log",
+                      tail=("boom",))  # fmt: skip
     text = job_failure_summary(job, 3, failure)
     assert "Job's first failure: node 0 (h0), process scheduler, exit code 3" in text
     assert "(rank None)" not in text and "    | boom" in text
@@ -101,7 +102,7 @@ def test_the_rank_s_error_file_from_torch_s_record_is_in_the_summary(tmp_path: o
     assert "    | ... (23 lines above)" in text and "    | ValueError: bad batch" in text
     assert "frame 59" in text and "frame 0\n" not in text
     # this node's process in a multi-node job's summary too
-    failure = {"node": 0, "host": "h", "name": "rank1", "rank": 1, "exit_code": 1, "tail": []}
+    failure = Failure(node=0, host="h", name="rank1", rank=1, exit_code=1, tail=())
     assert "written by torch's @record" in job_failure_summary(job, 1, failure)
     error_file.write_text("not json")
     assert "@record" not in failure_summary(job)

@@ -9,7 +9,6 @@ import signal
 from pathlib import Path
 
 from marun.job.actions import Action, Announce, Bind, Broadcast, Refuse, Send, TurnAway, WriteReport
-from marun.job.failure import Failure
 from marun.job.machine import CLOSED_LOST, JobMachine
 from marun.job.member_machine import Disconnect, MemberMachine, Push
 from marun.job.messages import (
@@ -27,6 +26,7 @@ from marun.job.messages import (
 from marun.job.phases import JobPhase, MemberPhase
 from marun.job.protocol import PROTOCOL
 from marun.plan.coordination import Coordination
+from marun.runtime.failure import Failure
 from marun.runtime.round_rule import RoundRule
 
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "marun"
@@ -219,4 +219,4 @@ def test_steps_that_stand_still_start_a_round_when_one_is_left_and_job_json_keep
         for node in range(3):
             m.message(f"c{node}", (node, 0), "hb", Beat(0.0, None), float(t), WALL + t)
         out += m.tick(float(t), WALL + t)
-    assert _kinds(out) == ["restart"] and m.job.rounds[0]["cause"]["exit_code"] == 124
+    assert _kinds(out) == ["restart"] and m.job.rounds[0].cause.exit_code == 124

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 
+from marun.runtime.failure import Failure
 from marun.runtime.round_rule import RoundRule, describe_cause, round_line, round_ports
 
 
@@ -52,12 +53,13 @@ def test_each_round_moves_the_port_to_a_free_one_above_the_planned() -> None:
 
 
 def test_the_words_of_a_round_name_its_cause() -> None:
-    rank = {"node": 1, "rank": 3, "exit_code": 1, "name": "rank3"}
+    rank = Failure(node=1, rank=3, exit_code=1, name="rank3")
     assert describe_cause(rank) == "node 1 rank 3 exit 1"
-    assert describe_cause({**rank, "signal": "SIGKILL"}) == "node 1 rank 3 signal SIGKILL"
-    assert describe_cause({"node": 0, "name": "mpi-leader", "exit_code": 6}) == (
+    assert describe_cause(rank.but(signal="SIGKILL")) == "node 1 rank 3 signal SIGKILL"
+    assert describe_cause(Failure(node=0, name="mpi-leader", exit_code=6)) == (
         "node 0 mpi-leader exit 6"
     )
-    assert describe_cause({"node": 2, "why": "node 2 (h) lost"}) == "node 2 (h) lost"
+    assert describe_cause(Failure(node=2, why="node 2 (h) lost")) == "node 2 (h) lost"
+    assert describe_cause(Failure()) == "a failure"
     assert describe_cause(None) == "a failure"
     assert round_line(2, 3, rank) == "marun: round 2/3 after node 1 rank 3 exit 1"

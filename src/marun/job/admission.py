@@ -8,13 +8,13 @@ from __future__ import annotations
 from marun.exit_codes import LOST_EXIT
 from marun.job import preflight_barrier, round_barrier
 from marun.job.actions import Announce, Bind, Drop, Handle, Key, Refuse, TurnAway
-from marun.job.failure import Failure
 from marun.job.job_state import JobState
 from marun.job.messages import Hello
 from marun.job.phases import JobPhase
 from marun.job.protocol import PROTOCOL
 from marun.job.roster import MemberState
 from marun.plan.coordination import HEARTBEAT
+from marun.runtime.failure import Failure
 
 ANNOUNCE_GAP = 5.0  # seconds: in a large job, `N/M nodes up` at least this often while they come
 

@@ -40,7 +40,8 @@ from marun.job.actions import (
     TurnAway,
     WriteReport,
 )
-from marun.job.failure import Failure, Stop
+from marun.job.failure import Stop
+from marun.job.job_state import RoundRecord
 from marun.job.machine import STALL, JobMachine
 from marun.job.messages import Hello, member_message
 from marun.job.phases import JobPhase
@@ -48,6 +49,7 @@ from marun.job.protocol import new_nonce
 from marun.job.roster import Roster
 from marun.job.wire import TICK, Conn, JobPort
 from marun.plan.coordination import Coordination
+from marun.runtime.failure import Failure
 from marun.runtime.round_rule import RoundRule
 
 TICK_WALKS = 8192  # members the tick may walk a second (it walks all: lost nodes, the end)
@@ -127,7 +129,7 @@ class Coordinator:
         return self.machine.job.exit_code
 
     @property
-    def rounds(self) -> list[dict[str, Any]]:
+    def rounds(self) -> list[RoundRecord]:
         return self.machine.job.rounds
 
     @property

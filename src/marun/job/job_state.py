@@ -6,16 +6,43 @@ marun.job.machine before each event."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from marun.job.actions import Action, Broadcast, Key, Log, Send
-from marun.job.failure import Failure, Stop
+from marun.job.failure import Stop
 from marun.job.hang import HangJudge
 from marun.job.heartbeat import job_interval
 from marun.job.phases import JOB_MOVES, JobPhase
 from marun.job.roster import MemberState, Roster
 from marun.plan.coordination import Coordination
+from marun.runtime.failure import Failure
 from marun.runtime.round_rule import RoundRule
+
+
+@dataclass
+class RoundRecord:
+    """One restart round as job.json keeps it: its cause; when it was detected, when every rank
+    was stopped (the barrier) and when every rank was running again, in wall-clock seconds
+    (time.time()), so that a tool can subtract them; how many ranks it started."""
+
+    round: int
+    cause: Failure
+    detected_at: float
+    stacks: str | None = None
+    stopped_at: float | None = None
+    running_at: float | None = None
+    ranks: int | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"round": self.round, "cause": self.cause.to_wire()}
+        if self.stacks:
+            out["stacks"] = self.stacks
+        for key in ("detected_at", "stopped_at", "running_at"):
+            value = getattr(self, key)
+            out[key] = None if value is None else round(value, 3)
+        out["ranks"] = self.ranks
+        return out
 
 
 class JobState:
@@ -51,7 +78,7 @@ class JobState:
         self.rule = rule if rule is not None and rule.budget > 0 else None
         self.ports = dict(ports)
         self.round_ports: dict[str, int] = {}
-        self.rounds: list[dict[str, Any]] = []  # job.json's records, one per round
+        self.rounds: list[RoundRecord] = []  # job.json's records, one per round
         self.round_since = 0.0
         self.round_failure = Failure()  # the job's failure if the round cannot start
         # the preflight at the start barrier (marun.job.preflight_barrier); "off": none

@@ -13,7 +13,6 @@ from __future__ import annotations
 from marun.exit_codes import HANG_EXIT, LOST_EXIT
 from marun.job import admission, preflight_barrier, round_barrier
 from marun.job.actions import Action, Announce, Handle, Key, Refuse, WriteReport
-from marun.job.failure import Failure
 from marun.job.hang import describe_stacks
 from marun.job.job_state import JobState
 from marun.job.messages import (
@@ -30,6 +29,7 @@ from marun.job.messages import (
 )
 from marun.job.phases import JobPhase
 from marun.plan.coordination import HEARTBEAT, Coordination
+from marun.runtime.failure import Failure
 from marun.runtime.round_rule import RoundRule
 
 DUMP_WAIT = 15.0  # seconds the watchdog waits for every node's stacks

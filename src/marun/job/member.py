@@ -45,6 +45,7 @@ from marun.job.protocol import (
     new_nonce,
 )
 from marun.plan.coordination import Coordination
+from marun.runtime.failure import Failure
 from marun.runtime.joblink import JobEvent
 
 _RETRY = 0.5
@@ -135,11 +136,10 @@ class Member:
         # From the relay's pump threads: one assignment of a float, atomic under the GIL.
         self._last_activity = time.monotonic()
 
-    def report_failure(self, failure: dict[str, Any]) -> None:
+    def report_failure(self, failure: Failure, uptime: float | None = None) -> None:
         # The round is this link's (node 0's numbering); `uptime`, the supervisor's.
-        fields = {k: failure[k] for k in ("uptime",) if isinstance(failure.get(k), (int, float))}
-        body = {k: v for k, v in failure.items() if k != "uptime"}
-        body.update(node=self.coord.index, host=self._host)
+        body = failure.but(node=self.coord.index, host=self._host).to_wire()
+        fields = {} if uptime is None else {"uptime": round(uptime, 3)}
         self._send("failure", failure=body, round=self.machine.round, **fields)
 
     def report_stopped(self, round_: int) -> None:

@@ -23,6 +23,7 @@ from marun.job.messages import (
 )
 from marun.job.phases import MEMBER_MOVES, MemberPhase
 from marun.plan.coordination import Coordination
+from marun.runtime.failure import Failure
 from marun.runtime.joblink import JobEvent
 
 STALL = 3.0  # seconds between two turns of the loop (it turns every 0.2 s): this marun was frozen
@@ -181,17 +182,15 @@ class MemberMachine:
             self.round = msg.round
             if self.started_at is not None and self.phase is MemberPhase.RUNNING:
                 self._enter(MemberPhase.RESTARTING)
-            cause = None if msg.cause is None else msg.cause.to_wire()
-            self._push(JobEvent("restart", self.round, cause))
+            self._push(JobEvent("restart", self.round, msg.cause))
         elif isinstance(msg, StopJob):
-            failure = None if msg.failure is None else msg.failure.to_wire()
             if self.stop_event is None:
-                self.stop_event = JobEvent("stop", msg.code, failure)
+                self.stop_event = JobEvent("stop", msg.code, msg.failure)
                 self._enter(MemberPhase.STOPPING)
                 self._push(self.stop_event)
         elif isinstance(msg, Dump):
             # code 1: a sample for the watchdog to compare, not the dump of a hang
-            self._push(JobEvent("dump", 1 if msg.sample else 0, None))
+            self._push(JobEvent("dump", 1 if msg.sample else 0))
         elif isinstance(msg, Done):
             self.done_code = msg.code
             self._enter(MemberPhase.DONE)
@@ -213,7 +212,7 @@ class MemberMachine:
         self._enter(MemberPhase.RUNNING)
         if round_ == 0:
             self._out += [Say(note) for note in msg.notes]
-        self._push(JobEvent("start", round_, {"ports": dict(msg.ports)} if round_ else None))
+        self._push(JobEvent("start", round_, ports=dict(msg.ports) if round_ else {}))
 
     def _say_once(self, why: str) -> None:
         if why not in self._said:
@@ -248,4 +247,4 @@ class MemberMachine:
 
 def leader_stop(leader: int, why: str) -> JobEvent:
     """This node's own stop for node 0's loss (it never answered, or went silent)."""
-    return JobEvent("stop", LOST_EXIT, {"node": leader, "exit_code": LOST_EXIT, "why": why})
+    return JobEvent("stop", LOST_EXIT, Failure(node=leader, exit_code=LOST_EXIT, why=why))

@@ -10,7 +10,7 @@ from typing import Any, Union
 
 from marun.exit_codes import LOST_EXIT
 from marun.inputs.numbers import is_port
-from marun.job.failure import Failure
+from marun.runtime.failure import Failure
 
 
 @dataclass(frozen=True)

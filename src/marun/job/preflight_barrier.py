@@ -14,8 +14,8 @@ from typing import Any
 
 from marun.exit_codes import LOST_EXIT
 from marun.job.actions import Key
-from marun.job.failure import Failure
 from marun.job.job_state import JobState
+from marun.runtime.failure import Failure
 
 
 def on_report(job: JobState, key: Key, report: Any) -> None:

@@ -4,25 +4,13 @@ and first failure (docs/supervision.md). Schema 1."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from marun.job.job_state import JobState
+from marun.job.job_state import JobState, RoundRecord
 from marun.job.roster import MemberState
 from marun.plan.coordination import Coordination
-
-
-def _round(record: dict[str, Any]) -> dict[str, Any]:
-    """A restart round: its cause; when it was detected, when every rank was stopped (the
-    barrier) and when every rank was running again, in wall-clock seconds (time.time()), so
-    that a tool can subtract them."""
-    out = dict(record)
-    for key in ("detected_at", "stopped_at", "running_at"):
-        if record.get(key) is not None:
-            out[key] = round(record[key], 3)
-    if not out.get("stacks"):
-        out.pop("stacks", None)
-    return out
+from marun.runtime.failure import Failure
 
 
 def job_report(
@@ -30,10 +18,10 @@ def job_report(
     members: Mapping[tuple[int, int], MemberState],
     *,
     exit_code: int | None,
-    first_failure: dict[str, Any] | None,
+    first_failure: Failure | None,
     started_at: float,
     refused: int,
-    rounds: list[dict[str, Any]] | None = None,
+    rounds: Sequence[RoundRecord] = (),
 ) -> dict[str, Any]:
     from marun.runtime.result import iso
 
@@ -61,12 +49,12 @@ def job_report(
         "job": coord.job,
         "nodes_expected": coord.nodes,
         "exit_code": exit_code,
-        "first_failure": first_failure,
+        "first_failure": None if first_failure is None else first_failure.to_wire(),
         "started": iso(started_at),
         "ended": iso(time.time()),
         "refused_messages": refused,
-        "round": len(rounds or ()),
-        "rounds": [_round(r) for r in rounds or ()],
+        "round": len(rounds),
+        "rounds": [r.to_wire() for r in rounds],
         "nodes": nodes,
     }
 
@@ -88,12 +76,11 @@ def state_report(job: JobState, refused: int) -> dict[str, Any]:
     the port turned away)."""
     from marun.job.preflight_barrier import section
 
-    failure = job.first_failure
     report = job_report(
         job.coord,
         job.members,
         exit_code=job.exit_code,
-        first_failure=None if failure is None else failure.to_wire(),
+        first_failure=job.first_failure,
         started_at=job.started_at,
         refused=refused,
         rounds=job.rounds,

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from marun.exit_codes import LOST_EXIT, failure_exit
 from marun.job.actions import Announce, Key
-from marun.job.failure import Failure
-from marun.job.job_state import JobState
+from marun.job.job_state import JobState, RoundRecord
 from marun.job.phases import JobPhase
 from marun.job.roster import MemberState
+from marun.runtime.failure import Failure
 from marun.runtime.round_rule import describe_cause, round_line, round_ports
 
 
@@ -40,29 +40,19 @@ def restart(job: JobState, code: int, failure: Failure, uptime: float | None) ->
 
 
 def _begin(job: JobState, failure: Failure) -> None:
-    cause = failure.cause()
     job.enter(JobPhase.RESTARTING)
     job.round_since = job.now
-    job.rounds.append(
-        {
-            "round": job.round,
-            "cause": cause,
-            "stacks": failure.stacks,
-            "detected_at": job.wall,
-            "stopped_at": None,
-            "running_at": None,
-            "ranks": None,
-        }
-    )
+    job.rounds.append(RoundRecord(job.round, failure.cause(), job.wall, failure.stacks))
     job.round_failure = failure
     job.new_hang_judge()
     job.progress = None  # the next round's steps are its own (resumed from a checkpoint, or not)
+    cause = job.rounds[-1].cause
     job.log("job_restart", "info", round=job.round, cause=describe_cause(cause))
-    job.broadcast("restart", round=job.round, cause=cause)
+    job.broadcast("restart", round=job.round, cause=cause.to_wire())
 
 
 def round_cause(job: JobState) -> dict[str, object] | None:
-    return job.rounds[-1]["cause"] if job.rounds else None
+    return job.rounds[-1].cause.to_wire() if job.rounds else None
 
 
 def rejoin(job: JobState, key: Key, ran: bool = False) -> bool:
@@ -139,8 +129,7 @@ def _failed(job: JobState, why: str) -> None:
 
 
 def _start(job: JobState) -> None:
-    record = job.rounds[-1]
-    record["stopped_at"] = job.wall
+    job.rounds[-1].stopped_at = job.wall
     moved = round_ports(job.ports, tuple(job.ports), job.round, avoid=job.coord.port)
     job.round_ports = {k: int(v) for k, v in moved.items()}
     for member in job.members.values():
@@ -157,17 +146,17 @@ def on_running(job: JobState, member: MemberState, round_: int, ranks: int) -> N
         return
     member.running_round, member.ranks = round_, max(0, ranks)
     record = job.rounds[-1]
-    if record["running_at"] is not None:
+    if record.running_at is not None:
         return
     if any(m.running_round < round_ or m.ended is not None for m in job.members.values()):
         return
-    record["running_at"] = job.wall
-    record["ranks"] = sum(m.ranks for m in job.members.values())
-    took = record["running_at"] - record["detected_at"]
+    record.running_at = job.wall
+    record.ranks = sum(m.ranks for m in job.members.values())
+    took = record.running_at - record.detected_at
     budget = job.rule.budget if job.rule is not None else 0
     job.actions.append(
         Announce(
-            f"{round_line(round_, budget, record['cause'])} (all {record['ranks']} ranks "
+            f"{round_line(round_, budget, record.cause)} (all {record.ranks} ranks "
             f"running again in {took:.2f}s)"
         )
     )

@@ -4,22 +4,26 @@ with a coordination section; single-node jobs and the exec path load none of it)
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
+
+from marun.runtime.failure import Failure
 
 
 @dataclass(frozen=True)
 class JobEvent:
     """What the leader says: `start` (every node has arrived; `code` the restart round, 0 the
-    first, `failure` then {"ports": the round's ports}), `restart` (round `code` begins, for the
-    cause in `failure`: every node stops its ranks), `stop` (with the job's exit code and its
-    first failure: node, host, rank, exit code or signal, the last lines of its log, or `why`
-    for a node lost or a hang) or `dump` (the hang watchdog wants every rank's stacks)."""
+    first, with the round's `ports`), `restart` (round `code` begins, for the cause in
+    `failure`: every node stops its ranks), `stop` (with the job's exit code and its first
+    failure: node, host, rank, exit code or signal, the last lines of its log, or `why` for a
+    node lost or a hang) or `dump` (the hang watchdog wants every rank's stacks; `code` 1: a
+    sample to compare, not the dump of a hang)."""
 
     kind: str
     code: int
-    failure: Optional[dict[str, Any]]
+    failure: Optional[Failure] = None
+    ports: Mapping[str, str] = field(default_factory=dict)
 
 
 class JobLink(Protocol):
@@ -38,8 +42,9 @@ class JobLink(Protocol):
         the ranks not shown (marun.runtime.direct_log): it must be cheap and safe from any
         thread."""
 
-    def report_failure(self, failure: dict[str, Any]) -> None:
-        """A failure on this node; `uptime` in it: seconds since its round's start."""
+    def report_failure(self, failure: Failure, uptime: float | None = None) -> None:
+        """A failure on this node (the link adds the node and host); `uptime`: seconds since
+        its round's start (None: not a rank's end)."""
 
     def report_stopped(self, round_: int) -> None:
         """Every rank of this node is gone for round `round_` (the round's barrier)."""

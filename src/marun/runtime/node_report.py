@@ -72,7 +72,7 @@ def _end_of_job(st: NodeState) -> int:
             stop = event
     st.link.close()
     if stop is not None and stop.code:
-        st.say(job_failure_summary(st.job, stop.code, stop.failure or {}, st.tail_on))
+        st.say(job_failure_summary(st.job, stop.code, stop.failure, st.tail_on))
     elif st.job.first_failure is not None:
         st.say(failure_summary(st.job))
     return code

@@ -14,15 +14,16 @@ import os
 import signal
 import time
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Callable
 
 from marun.plan.launch_plan import ProcessSpec, round_env
+from marun.runtime.failure import Failure
 from marun.runtime.node_state import NodeState
 from marun.runtime.node_stop import KILL_WAIT, begin_stop
 from marun.runtime.output import end_the_line
 from marun.runtime.phase import Phase
 from marun.runtime.reaper import live_groups, signal_group
-from marun.runtime.result import ProcessRecord
+from marun.runtime.result import NodeRound, ProcessRecord
 from marun.runtime.round_rule import (
     RoundRule,
     describe_cause,
@@ -33,16 +34,16 @@ from marun.runtime.round_rule import (
 from marun.runtime.signals import signal_name
 
 
-def process_end(rec: ProcessRecord) -> dict[str, Any]:
+def process_end(rec: ProcessRecord) -> Failure:
     """Which process ended and how: what a round's cause and node 0's failure both say."""
     assert rec.ending is not None
     signum = rec.ending.signal
-    return {
-        "name": rec.spec.name,
-        "rank": rec.spec.rank,
-        "exit_code": rec.ending.code,
-        "signal": None if signum is None else signal_name(signum),
-    }
+    return Failure(
+        name=rec.spec.name,
+        rank=rec.spec.rank,
+        exit_code=rec.ending.code,
+        signal=None if signum is None else signal_name(signum),
+    )
 
 
 class NodeRounds:
@@ -58,7 +59,7 @@ class NodeRounds:
         if st.options.max_restarts and st.link is None:
             self._rule = RoundRule.of(st.options)
         self._target: int | None = None  # RESTARTING: the round stopped for (None: not said)
-        self._cause: dict[str, Any] | None = None
+        self._cause: Failure | None = None
         self._began = time.monotonic()  # when this round's processes were started
         self._detected = 0.0  # when the failure that ended the last round was seen
         self._killed = False
@@ -88,7 +89,7 @@ class NodeRounds:
         if not st.options.max_restarts:
             return False
         assert rec.ending is not None
-        cause = {"node": st.node.index, "host": st.node.host, **process_end(rec)}
+        cause = process_end(rec).but(node=st.node.index, host=st.node.host)
         if st.link is not None:
             self._begin_round_stop(None, cause)
             return True
@@ -100,7 +101,7 @@ class NodeRounds:
         self._begin_round_stop(self._rule.round, cause)
         return True
 
-    def _begin_round_stop(self, target: int | None, cause: dict[str, Any] | None) -> None:
+    def _begin_round_stop(self, target: int | None, cause: Failure | None) -> None:
         st = self._st
         if st.phase is not Phase.RESTARTING:
             self._detected = time.monotonic()
@@ -127,7 +128,7 @@ class NodeRounds:
         for pgid in live_groups(self.groups):
             signal_group(pgid, signum)
 
-    def on_restart(self, round_: int, cause: dict[str, Any] | None) -> None:
+    def on_restart(self, round_: int, cause: Failure | None) -> None:
         """Node 0's `restart`: round `round_` begins (this node stops its ranks, or has)."""
         st = self._st
         if round_ <= self.round:
@@ -186,7 +187,7 @@ class NodeRounds:
         if round_ > self.round:
             self.round = round_
             self._ports = {k: v for k, v in ports.items() if k in st.options.round_ports}
-            st.job.rounds.append({"round": round_, "cause": self._cause, "started": time.time()})
+            st.job.rounds.append(NodeRound(round_, self._cause, time.time()))
             st.job.first_failure = None
             st.job.outcome = "succeeded"
             st.job.exit_code = 0

@@ -11,6 +11,7 @@ import signal
 import time
 
 from marun.exit_codes import signal_exit
+from marun.runtime.failure import Failure
 from marun.runtime.node_state import NodeState
 from marun.runtime.phase import LIVE, Phase
 from marun.runtime.reaper import direct_children, live_groups, signal_group
@@ -104,13 +105,13 @@ def _signal_to_job(st: NodeState, signum: int, before_start: bool) -> None:
         return
     name = signal_name(signum)
     st.link.report_failure(
-        {
-            "exit_code": signal_exit(signum),
-            "signal": name,
-            "stop_signal": name,
-            "why": f"node {st.node.index} ({st.node.host}) stopped by {name}"
+        Failure(
+            exit_code=signal_exit(signum),
+            signal=name,
+            stop_signal=name,
+            why=f"node {st.node.index} ({st.node.host}) stopped by {name}"
             + (" before the start" if before_start else ""),
-        }
+        )
     )
 
 

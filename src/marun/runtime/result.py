@@ -33,6 +33,7 @@ from typing import Any
 
 from marun.exit_codes import signal_exit
 from marun.plan.launch_plan import ERROR_FILE_VAR, ProcessSpec
+from marun.runtime.failure import Failure
 from marun.runtime.reaper import Ending
 from marun.runtime.signals import signal_name
 
@@ -97,6 +98,20 @@ class ProcessRecord:
         }
 
 
+@dataclass(frozen=True)
+class NodeRound:
+    """A restart round this node went through: its number, its cause (None: node 0 named
+    none) and when this node's processes of it were started (time.time())."""
+
+    round: int
+    cause: Failure | None
+    started: float
+
+    def to_dict(self) -> dict[str, Any]:
+        cause = None if self.cause is None else self.cause.to_wire()
+        return {"round": self.round, "cause": cause, "started": self.started}
+
+
 @dataclass
 class JobRecord:
     mode: str
@@ -110,8 +125,8 @@ class JobRecord:
     signal: int | None = None
     first_failure: ProcessRecord | None = None
     orphans_reaped: int = 0
-    # Restart rounds this node went through (docs/supervision.md): {round, cause, started}
-    rounds: list[dict[str, Any]] = field(default_factory=list)
+    # Restart rounds this node went through (docs/supervision.md)
+    rounds: list[NodeRound] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         first = self.first_failure
@@ -139,7 +154,7 @@ class JobRecord:
             "duration": None if self.ended is None else round(self.ended - self.started, 3),
             "orphans_reaped": self.orphans_reaped,
             "round": len(self.rounds),
-            "rounds": self.rounds,
+            "rounds": [r.to_dict() for r in self.rounds],
             "processes": [p.to_dict() for p in self.processes],
         }
 
@@ -271,7 +286,7 @@ def _other_lines(procs: list[ProcessRecord], title: str) -> list[str]:
 
 
 def job_failure_summary(
-    job: JobRecord, code: int, failure: dict[str, Any], tail_on: int | None = None
+    job: JobRecord, code: int, failure: Failure | None, tail_on: int | None = None
 ) -> str:
     """The block a node of a multi-node job prints when the job stopped with a failure: the job's
     first failure (whichever node it was on) once, with its last lines unless `tail_on` names
@@ -283,29 +298,24 @@ def job_failure_summary(
         f"marun: the job stopped on every node, exit code {code} "
         f"(this is node {job.node}, {job.host})",
     ]
-    if "why" in failure:
-        lines.append(f"Job's first failure: {failure['why']}")
+    failure = failure or Failure()
+    if failure.why is not None:
+        lines.append(f"Job's first failure: {failure.why}")
     else:
-        status = (
-            f"signal {failure['signal']}"
-            if failure.get("signal")
-            else f"exit code {failure.get('exit_code')}"
-        )
+        status = f"signal {failure.signal}" if failure.signal else f"exit code {failure.exit_code}"
         head = (
-            f"Job's first failure: node {failure.get('node')} ({failure.get('host', '?')}), "
-            f"process {_who(failure.get('name'), failure.get('rank'))}, {status}"
+            f"Job's first failure: node {failure.node} ({failure.host or '?'}), "
+            f"process {_who(failure.name, failure.rank)}, {status}"
         )
         if not show_tail:
             head += f" (its last lines: in node {tail_on}'s summary)"
-        lines += _first_failure_lines(
-            head, failure.get("log"), list(failure.get("tail") or []), show_tail
-        )
-        if failure.get("node") == job.node:  # this node's process: its error file is here
-            failed = [p for p in job.processes if p.spec.name == failure.get("name")]
+        lines += _first_failure_lines(head, failure.log, list(failure.tail or ()), show_tail)
+        if failure.node == job.node:  # this node's process: its error file is here
+            failed = [p for p in job.processes if p.spec.name == failure.name]
             lines += error_file_lines(failed[0].spec) if failed else []
-    if failure.get("stacks") and show_tail:
+    if failure.stacks and show_tail:
         lines.append("  stacks of every rank:")
-        lines.extend(f"    {line}" for line in str(failure["stacks"]).splitlines())
+        lines.extend(f"    {line}" for line in failure.stacks.splitlines())
     lines += _other_lines(job.processes, f"Node {job.node}'s processes:")
     lines.append(RULE)
     return "\n".join(lines) + "\n"

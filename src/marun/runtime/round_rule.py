@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from marun.inputs.numbers import PORT_MAX
 from marun.plan.launch_plan import ProcessSpec, Supervision
+from marun.runtime.failure import Failure
 
 _PORT_TRIES = 200  # ports tried upward from a round's first choice
 
@@ -84,22 +84,22 @@ def round_ports(
     return out
 
 
-def describe_cause(cause: Mapping[str, Any] | None) -> str:
+def describe_cause(cause: Failure | None) -> str:
     """`node 1 rank 3 exit 1`, `node 0 mpi-leader signal SIGKILL`, or a lost node's or a hang's
     `why`: what started a round, in a few words."""
-    if not cause:
+    if cause is None:
         return "a failure"
-    if cause.get("rank") is None and not cause.get("name"):
-        return str(cause.get("why") or "a failure")[:200]
-    parts = [] if cause.get("node") is None else [f"node {cause['node']}"]
-    parts.append(f"rank {cause['rank']}" if cause.get("rank") is not None else str(cause["name"]))
-    if cause.get("signal"):
-        parts.append(f"signal {cause['signal']}")
-    elif cause.get("exit_code") is not None:
-        parts.append(f"exit {cause['exit_code']}")
+    if not cause.of_a_process:
+        return (cause.why or "a failure")[:200]
+    parts = [] if cause.node is None else [f"node {cause.node}"]
+    parts.append(f"rank {cause.rank}" if cause.rank is not None else str(cause.name))
+    if cause.signal:
+        parts.append(f"signal {cause.signal}")
+    elif cause.exit_code is not None:
+        parts.append(f"exit {cause.exit_code}")
     return " ".join(parts)
 
 
-def round_line(round_: int, budget: int, cause: Mapping[str, Any] | None) -> str:
+def round_line(round_: int, budget: int, cause: Failure | None) -> str:
     """The marker each rank's log gets before its process of round `round_` starts."""
     return f"marun: round {round_}/{budget} after {describe_cause(cause)}"

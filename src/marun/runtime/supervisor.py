@@ -168,9 +168,7 @@ class Supervisor:
                     st.emit("job_started")
                     self._start_all()
                 else:  # a restart round's (marun.runtime.node_rounds)
-                    self._rounds.start_round(
-                        event.code, dict((event.failure or {}).get("ports", {}))
-                    )
+                    self._rounds.start_round(event.code, dict(event.ports))
                     st.log_early_events()
             elif event.kind == "restart":
                 self._rounds.on_restart(event.code, event.failure)
@@ -379,12 +377,8 @@ class Supervisor:
             if pump is not None:
                 pump.done.wait(TAIL_WAIT)
             st.link.report_failure(
-                {
-                    **process_end(rec),
-                    "log": rec.spec.log,
-                    "tail": list(rec.tail)[-20:],
-                    "uptime": round(self._rounds.uptime(), 3),
-                }
+                process_end(rec).but(log=rec.spec.log, tail=tuple(rec.tail)[-20:]),
+                self._rounds.uptime(),
             )
 
     def _restart_due(self) -> None:
