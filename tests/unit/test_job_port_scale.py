@@ -17,6 +17,7 @@ import pytest
 from marun.job.coordinator import Coordinator
 from marun.job.heartbeat import Beat, heartbeat_interval
 from marun.job.limits import HELLO_WAIT, OUTPUT_LIMIT, SLOW_READER, listen_backlog
+from marun.job.messages import Dump, Refused
 from marun.job.protocol import PROTOCOL, decode, encode, fresh, new_nonce
 from marun.job.roster import MemberState, Roster
 from marun.job.wire import Conn
@@ -106,7 +107,7 @@ def test_a_member_that_does_not_read_costs_node_0_no_wait_and_is_dropped(
     theirs.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     began = time.monotonic()
     while not conn.out:  # the socket's buffers fill: the rest waits in conn.out
-        coordinator.port.send_conn(conn, "dump", sample=False)
+        coordinator.port.send_conn(conn, Dump(False))
     assert time.monotonic() - began < 5.0  # (no send waited: the old blocking one took 2 s)
     assert conn in coordinator.port.conns and conn.stuck_since is not None
     coordinator.port.tick(time.monotonic())
@@ -122,7 +123,7 @@ def test_output_beyond_the_limit_drops_the_member(coordinator: Coordinator) -> N
     conn, theirs, _ = connect(coordinator, 1)
     big = "x" * (1 << 19)
     for _ in range(2 * OUTPUT_LIMIT // len(big) + 8):
-        coordinator.port.send_conn(conn, "stacks", text=big)
+        coordinator.port.send_conn(conn, Refused(big))
         if conn not in coordinator.port.conns:
             break
     assert conn not in coordinator.port.conns
@@ -134,7 +135,7 @@ def test_waiting_output_goes_out_in_order_when_the_member_reads(coordinator: Coo
     theirs.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sent = 0
     while not conn.out or sent < 200:
-        coordinator.port.send_conn(conn, "dump", sample=bool(sent % 2))
+        coordinator.port.send_conn(conn, Dump(bool(sent % 2)))
         sent += 1
     got: list[bytes] = []
     buf = b""
@@ -179,7 +180,7 @@ def test_heartbeats_go_where_nothing_else_went(coordinator: Coordinator) -> None
     t = time.monotonic() + every + 0.01
     coordinator.port.tick(t)  # its first (at a random point of the first interval): due
     assert conn.seq_out == 3  # challenge, welcome, hb
-    coordinator.port.send_conn(conn, "dump", sample=True)
+    coordinator.port.send_conn(conn, Dump(True))
     conn.last_out = t + every / 2  # (the dump went half an interval after the heartbeat)
     coordinator.port.tick(t + every + 0.01)
     assert conn.seq_out == 4  # no heartbeat: the dump showed node 0 alive

@@ -9,6 +9,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from marun.job.messages import LeaderMessage
+
 Handle = Hashable
 Key = tuple[int, int]  # (node, slot)
 
@@ -18,16 +20,30 @@ class Send:
     """One line to one member (nothing when it has no connection now)."""
 
     key: Key
-    kind: str
-    fields: dict[str, Any] = field(default_factory=dict)
+    message: LeaderMessage
+
+    @property
+    def kind(self) -> str:
+        return self.message.KIND
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        return self.message.to_wire()
 
 
 @dataclass(frozen=True)
 class Broadcast:
     """One line to every member that has a connection."""
 
-    kind: str
-    fields: dict[str, Any] = field(default_factory=dict)
+    message: LeaderMessage
+
+    @property
+    def kind(self) -> str:
+        return self.message.KIND
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        return self.message.to_wire()
 
 
 @dataclass(frozen=True)

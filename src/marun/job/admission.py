@@ -9,7 +9,7 @@ from marun.exit_codes import LOST_EXIT
 from marun.job import preflight_barrier, round_barrier
 from marun.job.actions import Announce, Bind, Drop, Handle, Key, Refuse, TurnAway
 from marun.job.job_state import JobState
-from marun.job.messages import Hello
+from marun.job.messages import Done, Hello, Restart, Start, Welcome
 from marun.job.phases import JobPhase
 from marun.job.protocol import PROTOCOL
 from marun.job.roster import MemberState
@@ -110,18 +110,19 @@ def _nodes_up(job: JobState) -> None:
 
 def _welcome(job: JobState, member: MemberState) -> None:
     """Tell a member where the job is; the last to arrive opens the barrier (RUNNING)."""
-    job.send(member, "welcome", instance=job.instance, wall=round(job.wall, 3))
+    job.send(member, Welcome(job.instance, job.wall))
+    # (DONE: the job's exit code is set, marun.job.machine)
     if job.stopped is not None:
-        job.send(member, "stop", **job.stopped.to_wire())
+        job.send(member, job.stopped)
         if job.phase is JobPhase.DONE:
-            job.send(member, "done", code=job.exit_code)
+            job.send(member, Done(job.exit_code or 0))
     elif job.phase is JobPhase.DONE:
-        job.send(member, "done", code=job.exit_code)
+        job.send(member, Done(job.exit_code or 0))
     elif job.phase is JobPhase.RESTARTING:
         if member.stopped_round < job.round:  # it may not have heard (a reconnection)
-            job.send(member, "restart", round=job.round, cause=round_barrier.round_cause(job))
+            job.send(member, Restart(job.round, round_barrier.round_cause(job)))
     elif job.start_sent:
-        job.send(member, "start", round=job.round, ports=job.round_ports)
+        job.send(member, round_barrier.start_of_round(job))
     elif all_present(job):
         open_barrier(job)
 
@@ -140,9 +141,9 @@ def open_barrier(job: JobState, *, timed_out: bool = False) -> None:
     job.enter(JobPhase.RUNNING)
     job.log("job_start", nodes=job.coord.nodes)
     if notes:
-        job.broadcast("start", notes=notes)
+        job.broadcast(Start(0, {}, tuple(notes)))
     else:
-        job.broadcast("start")
+        job.broadcast(Start(0, {}))
 
 
 def all_present(job: JobState) -> bool:

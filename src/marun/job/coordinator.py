@@ -40,10 +40,9 @@ from marun.job.actions import (
     TurnAway,
     WriteReport,
 )
-from marun.job.failure import Stop
 from marun.job.job_state import RoundRecord
 from marun.job.machine import STALL, JobMachine
-from marun.job.messages import Hello, member_message
+from marun.job.messages import Hello, StopJob, member_message
 from marun.job.phases import JobPhase
 from marun.job.protocol import new_nonce
 from marun.job.roster import Roster
@@ -117,7 +116,7 @@ class Coordinator:
         return self.machine.job.phase
 
     @property
-    def stopped(self) -> Stop | None:
+    def stopped(self) -> StopJob | None:
         return self.machine.job.stopped
 
     @property
@@ -273,10 +272,10 @@ class Coordinator:
             if isinstance(action, Send):
                 member = self.members.get(action.key)
                 if member is not None and isinstance(member.conn, Conn):
-                    port.send_conn(member.conn, action.kind, **action.fields)
+                    port.send_conn(member.conn, action.message)
             elif isinstance(action, Broadcast):
                 # the part common to all is encoded once (marun.job.signing)
-                template = port.template(action.kind, action.fields)
+                template = port.template(action.message)
                 for member in list(self.members.values()):
                     if isinstance(member.conn, Conn):
                         port.send_signed(member.conn, template)

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from marun.job.actions import Action, Broadcast, Key, Log, Send
-from marun.job.failure import Stop
 from marun.job.hang import HangJudge
 from marun.job.heartbeat import job_interval
+from marun.job.messages import Dump, LeaderMessage, StopJob
 from marun.job.phases import JOB_MOVES, JobPhase
 from marun.job.roster import MemberState, Roster
 from marun.plan.coordination import Coordination
@@ -65,7 +65,7 @@ class JobState:
         self.t0, self.started_at = now, wall
         self.phase = JobPhase.GATHERING
         self.start_at: float | None = None  # when `start` went out (None: never)
-        self.stopped: Stop | None = None  # the stop sent on entering STOPPING
+        self.stopped: StopJob | None = None  # the stop sent on entering STOPPING
         self.stopped_at = 0.0
         self.first_failure: Failure | None = None
         self.exit_code: int | None = None
@@ -111,7 +111,7 @@ class JobState:
         if self.coord.hang_timeout is not None:
             self.hang = HangJudge(
                 self.coord.hang_timeout,
-                lambda sample: self.broadcast("dump", sample=sample),
+                lambda sample: self.broadcast(Dump(sample)),
                 self.log,
             )
         self.dump_since = None
@@ -121,11 +121,11 @@ class JobState:
     def log(self, event: str, level: str = "info", **fields: Any) -> None:
         self.actions.append(Log(event, level, fields))
 
-    def send(self, member: MemberState, kind: str, **fields: Any) -> None:
-        self.actions.append(Send((member.node, member.slot), kind, fields))
+    def send(self, member: MemberState, message: LeaderMessage) -> None:
+        self.actions.append(Send((member.node, member.slot), message))
 
-    def broadcast(self, kind: str, **fields: Any) -> None:
-        self.actions.append(Broadcast(kind, fields))
+    def broadcast(self, message: LeaderMessage) -> None:
+        self.actions.append(Broadcast(message))
 
     # -- the moves ------------------------------------------------------------------------------
 
@@ -139,7 +139,7 @@ class JobState:
             return
         self.first_failure = failure
         self.exit_code = code
-        self.stopped = Stop(code, failure)
+        self.stopped = StopJob(code, failure)
         self.stopped_at = self.now
         self.enter(JobPhase.STOPPING)
         # `failed_node`, not `node`: every other event's `node` is the node that logs it.
@@ -149,11 +149,11 @@ class JobState:
         if failure.node is not None:
             where["failed_node"] = failure.node
         self.log("job_stop", "error" if code else "info", code=code, **where)
-        self.broadcast("stop", **self.stopped.to_wire())
+        self.broadcast(self.stopped)
 
     def stop_daemons(self) -> None:
         """Only TF parameter servers are left: they end when the job is done, not on their own.
         Not a failure: the job's code stays the one its nodes' ends give."""
-        self.stopped = Stop(0, None)
+        self.stopped = StopJob(0, None)
         self.enter(JobPhase.STOPPING)
-        self.broadcast("stop", **self.stopped.to_wire())
+        self.broadcast(self.stopped)

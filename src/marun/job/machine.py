@@ -17,6 +17,8 @@ from marun.job.hang import describe_stacks
 from marun.job.job_state import JobState
 from marun.job.messages import (
     Beat,
+    Done,
+    Dump,
     End,
     FailureSaid,
     Hello,
@@ -259,7 +261,7 @@ class JobMachine:
                 for m in running:
                     m.stacks = None
                 job.log("job_hang", "error", idle_seconds=round(idle, 1), why=why)
-                job.broadcast("dump")
+                job.broadcast(Dump(False))
             return
         have = all(m.stacks is not None for m in running)
         if have or now - (job.dump_since or now) >= DUMP_WAIT:
@@ -310,4 +312,4 @@ class JobMachine:
         if job.exit_code is None:
             job.exit_code = next((m.exit_code for m in job.members.values() if m.exit_code), 0)
         job.actions.append(WriteReport())  # before `done`: a node that ends on it finds job.json
-        job.broadcast("done", code=job.exit_code)
+        job.broadcast(Done(job.exit_code))

@@ -32,7 +32,17 @@ from marun.job.member_machine import (
     Say,
     Welcomed,
 )
-from marun.job.messages import leader_message
+from marun.job.messages import Beat as Heartbeat
+from marun.job.messages import (
+    End,
+    FailureSaid,
+    Hello,
+    MemberMessage,
+    Running,
+    Stacks,
+    Stopped,
+    leader_message,
+)
 from marun.job.node_preflight import NodePreflight
 from marun.job.phases import MemberPhase
 from marun.job.protocol import (
@@ -49,7 +59,8 @@ from marun.runtime.failure import Failure
 from marun.runtime.joblink import JobEvent
 
 _RETRY = 0.5
-_STATE = ("failure", "stopped", "running", "end")  # said again after every hello (`_state`)
+# What is said again after every hello (`_state`)
+_STATE = (FailureSaid.KIND, Stopped.KIND, Running.KIND, End.KIND)
 _UNSTARTED_END_WAIT = 10.0  # seconds a node that never started waits for the job's end
 
 
@@ -107,7 +118,7 @@ class Member:
         # its `end`), said again right after every hello: said while not connected, or on a
         # connection node 0 had already closed (the kernel takes the line and it is lost), node
         # 0 hears it all the same (node 0 takes each again without harm).
-        self._state: dict[str, dict[str, Any]] = {}
+        self._state: dict[str, MemberMessage] = {}
         self._thread = threading.Thread(target=self._loop, name="marun-member", daemon=True)
         self._thread.start()
 
@@ -138,23 +149,22 @@ class Member:
 
     def report_failure(self, failure: Failure, uptime: float | None = None) -> None:
         # The round is this link's (node 0's numbering); `uptime`, the supervisor's.
-        body = failure.but(node=self.coord.index, host=self._host).to_wire()
-        fields = {} if uptime is None else {"uptime": round(uptime, 3)}
-        self._send("failure", failure=body, round=self.machine.round, **fields)
+        mine = failure.but(node=self.coord.index, host=self._host)
+        self._send(FailureSaid(mine, self.machine.round, uptime))
 
     def report_stopped(self, round_: int) -> None:
-        self._send("stopped", round=round_)
+        self._send(Stopped(round_))
 
     def report_running(self, round_: int, ranks: int) -> None:
-        self._send("running", round=round_, ranks=ranks)
+        self._send(Running(round_, ranks))
 
     def report_stacks(self, text: str) -> None:
-        self._send("stacks", text=text)
+        self._send(Stacks(text))
 
     def report_end(self, outcome: str, exit_code: int) -> int:
         """Say how this node ended; wait for the job's end and return its code (node 0's
         coordinator writes job.json itself as the job ends, or when it closes)."""
-        self._send("end", outcome=outcome, exit_code=exit_code)
+        self._send(End(outcome, exit_code))
         # As long as the job runs elsewhere: node 0 must outlive every node (or they would
         # count it lost), and every node exits with the job's status. The wait ends: node 0
         # declares a silent node lost after peer_timeout, and this thread gives up on a silent
@@ -259,21 +269,15 @@ class Member:
             self._done.set()
 
     def _heartbeat(self, now: float) -> None:
-        fields: dict[str, Any] = {"idle": round(now - self._last_activity, 2)}
-        if self.coord.hang_timeout is not None:
-            cpu = descendants_cpu()
-            if cpu is not None:
-                fields["cpu"] = round(cpu, 2)
+        cpu = descendants_cpu() if self.coord.hang_timeout is not None else None
+        report = None
         source = self._progress
         if source is not None:
             try:
                 report = source(now)
             except Exception as exc:  # the beat goes out all the same; the bug is logged
                 self._log("progress_error", "error", error=f"{type(exc).__name__}: {exc}"[:300])
-                report = None
-            if report is not None:  # nothing on the wire where no rank prints steps
-                fields["progress"] = report.to_wire()
-        self._send("hb", **fields)
+        self._send(Heartbeat(now - self._last_activity, cpu, report))
 
     def _read_leader(self, sock: socket.socket, buf: LineBuffer) -> None:
         """What node 0 sent within 0.2 s, to the machine."""
@@ -330,20 +334,21 @@ class Member:
             self._peer, self._mine, self._seq_out = peer, new_nonce(), 0
             self._sock = sock
         self._hello_wall = time.time()
-        self._send(
-            "hello",
-            host=self._host,
-            daemons_only=self._daemons_only,
-            nonce=self._mine,
+        hello = Hello(
+            node=self.coord.index,
+            slot=self.coord.slot,
             instance=self.instance,
+            host=self._host,
             leader=self.machine.leader_instance,
             started=self.machine.started_at is not None,
+            daemons_only=self._daemons_only,
             version=PROTOCOL,
         )
+        self._send(hello, nonce=self._mine)
         with self._send_lock:
-            said = list(self._state.items())
-        for kind, fields in said:
-            self._send(kind, **fields)
+            said = list(self._state.values())
+        for message in said:
+            self._send(message)
         return self._sock is not None
 
     def _disconnect(self) -> None:
@@ -358,13 +363,15 @@ class Member:
         with contextlib.suppress(OSError):
             os.write(self._wake_w, b"!")
 
-    def _send(self, kind: str, **fields: Any) -> None:
+    def _send(self, message: MemberMessage, **protocol: str) -> None:
+        """One message to node 0 (`protocol`: the hello's nonce); thread-safe."""
+        kind = message.KIND
         body = {"job": self.coord.job, "node": self.coord.index, "slot": self.coord.slot}
-        body.update(fields, type=kind)
+        body.update(message.to_wire(), **protocol, type=kind)
         with self._send_lock:
             if kind in _STATE:
                 self._state.pop(kind, None)  # (in the order said)
-                self._state[kind] = fields
+                self._state[kind] = message
             sock = self._sock
             if sock is None:
                 return

@@ -1,12 +1,15 @@
-"""What a node's marun says to node 0, one frozen dataclass per message type. marun.job.protocol
-checked each field's type on the signed line; `member_message` turns that line's body into one
-of these, so the job's logic (marun.job.machine) never reads a dict from the wire."""
+"""What a node's marun and node 0's say to each other, one frozen dataclass per message type,
+both ways. Each has its wire `KIND` and its fields' JSON form (`to_wire`; marun.job.protocol adds
+the job, the node, the nonces and the signature). marun.job.protocol checked each field's type
+on a signed line; `member_message` and `leader_message` turn that line's body into one of
+these, so neither side's logic (marun.job.machine, marun.job.member_machine) reads a dict from
+the wire nor writes one to it."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, ClassVar, Union
 
 from marun.exit_codes import LOST_EXIT
 from marun.inputs.numbers import is_port
@@ -24,12 +27,35 @@ class Hello:
     daemons_only: bool  # its processes are TF parameter servers only
     version: int
 
+    KIND: ClassVar[str] = "hello"
+
+    def to_wire(self) -> dict[str, Any]:
+        """(node and slot are every line's own; the member adds its nonce)"""
+        return {
+            "instance": self.instance,
+            "host": self.host,
+            "leader": self.leader,
+            "started": self.started,
+            "daemons_only": self.daemons_only,
+            "version": self.version,
+        }
+
 
 @dataclass(frozen=True)
 class Beat:
     idle: float  # seconds without a rank's line
     cpu: float | None  # CPU seconds its ranks have used
     progress: Any = None  # its ranks' steps (marun.progress.tracker.NodeReport), when any
+
+    KIND: ClassVar[str] = "hb"
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"idle": round(self.idle, 2)}
+        if self.cpu is not None:
+            out["cpu"] = round(self.cpu, 2)
+        if self.progress is not None:  # nothing on the wire where no rank prints steps
+            out["progress"] = self.progress.to_wire()
+        return out
 
 
 @dataclass(frozen=True)
@@ -38,10 +64,23 @@ class FailureSaid:
     round: int | None
     uptime: float | None
 
+    KIND: ClassVar[str] = "failure"
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"failure": self.failure.to_wire(), "round": self.round}
+        if self.uptime is not None:
+            out["uptime"] = round(self.uptime, 3)
+        return out
+
 
 @dataclass(frozen=True)
 class Stopped:
     round: int
+
+    KIND: ClassVar[str] = "stopped"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"round": self.round}
 
 
 @dataclass(frozen=True)
@@ -49,16 +88,31 @@ class Running:
     round: int
     ranks: int
 
+    KIND: ClassVar[str] = "running"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"round": self.round, "ranks": self.ranks}
+
 
 @dataclass(frozen=True)
 class Stacks:
     text: str
+
+    KIND: ClassVar[str] = "stacks"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"text": self.text}
 
 
 @dataclass(frozen=True)
 class End:
     outcome: str
     exit_code: int
+
+    KIND: ClassVar[str] = "end"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"outcome": self.outcome, "exit_code": self.exit_code}
 
 
 @dataclass(frozen=True)
@@ -67,12 +121,22 @@ class PreflightSaid:
 
     report: Any
 
+    KIND: ClassVar[str] = "preflight"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"report": self.report.to_dict()}
+
 
 @dataclass(frozen=True)
 class LinkSaid:
     """A node's probe of the next node (marun.preflight.result.LinkResult)."""
 
     link: Any
+
+    KIND: ClassVar[str] = "link"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"link": self.link.to_dict()}
 
 
 MemberMessage = Union[
@@ -141,14 +205,41 @@ def member_message(body: Mapping[str, Any]) -> MemberMessage | None:
 
 
 @dataclass(frozen=True)
+class Challenge:
+    """Node 0's first line on every connection (its nonce is the protocol's; read by
+    marun.job.handshake before any other)."""
+
+    instance: str  # node 0's coordinator's
+    version: int
+
+    KIND: ClassVar[str] = "challenge"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"instance": self.instance, "version": self.version}
+
+
+@dataclass(frozen=True)
 class Welcome:
     instance: str  # node 0's coordinator's
     wall: float | None  # node 0's clock when it said it (the preflight's clock offset)
+
+    KIND: ClassVar[str] = "welcome"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "instance": self.instance,
+            "wall": None if self.wall is None else round(self.wall, 3),
+        }
 
 
 @dataclass(frozen=True)
 class Refused:
     why: str
+
+    KIND: ClassVar[str] = "refused"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"why": self.why}
 
 
 @dataclass(frozen=True)
@@ -157,6 +248,18 @@ class Start:
     ports: dict[str, str]  # the round's ports that move (valid port numbers only)
     notes: tuple[str, ...] = ()  # the preflight's warnings, one line each (round 0)
 
+    KIND: ClassVar[str] = "start"
+
+    def to_wire(self) -> dict[str, Any]:
+        """(round 0 with no ports and no notes is the bare line every node of a large job gets)"""
+        out: dict[str, Any] = {}
+        if self.round:
+            out["round"] = self.round
+            out["ports"] = {k: int(v) for k, v in self.ports.items()}
+        if self.notes:
+            out["notes"] = list(self.notes)
+        return out
+
 
 @dataclass(frozen=True)
 class Probe:
@@ -164,32 +267,64 @@ class Probe:
 
     target: Any
 
+    KIND: ClassVar[str] = "probe"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"target": self.target.to_dict()}
+
 
 @dataclass(frozen=True)
 class Restart:
     round: int
     cause: Failure | None
 
+    KIND: ClassVar[str] = "restart"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"round": self.round, "cause": None if self.cause is None else self.cause.to_wire()}
+
 
 @dataclass(frozen=True)
 class StopJob:
+    """The stop node 0 sends (once): the job's exit code and its first failure (none: the job's
+    TF parameter servers were all that was left)."""
+
     code: int
     failure: Failure | None
+
+    KIND: ClassVar[str] = "stop"
+
+    def to_wire(self) -> dict[str, Any]:
+        failure = None if self.failure is None else self.failure.to_wire()
+        return {"code": self.code, "failure": failure}
 
 
 @dataclass(frozen=True)
 class Dump:
     sample: bool  # a sample for the hang watchdog to compare, not the dump of a hang
 
+    KIND: ClassVar[str] = "dump"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"sample": self.sample}
+
 
 @dataclass(frozen=True)
 class Done:
     code: int
 
+    KIND: ClassVar[str] = "done"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"code": self.code}
+
 
 @dataclass(frozen=True)
 class LeaderBeat:
-    pass
+    KIND: ClassVar[str] = "hb"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {}
 
 
 LeaderMessage = Union[Welcome, Refused, Start, Restart, StopJob, Dump, Done, LeaderBeat, Probe]

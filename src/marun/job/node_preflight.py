@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from marun.job.messages import LinkSaid, MemberMessage, PreflightSaid
 from marun.plan.coordination import Coordination
 
 
@@ -21,12 +22,12 @@ class NodePreflight:
         self,
         coord: Coordination,
         needs: Any,  # marun.preflight.checks.NodeNeeds
-        send: Callable[..., None],
+        send: Callable[[MemberMessage], None],
         log: Callable[..., None],
     ) -> None:
         self._coord = coord
         self._needs = needs
-        self._send = send  # (kind, **fields): the member's, thread-safe
+        self._send = send  # the member's, thread-safe
         self._log = log
         self._listener: Any = None
         self._lock = threading.Lock()
@@ -78,7 +79,7 @@ class NodePreflight:
             report = NodeReport(
                 self._coord.index, self._needs.host, self._needs.address, port, tuple(checks)
             )
-            self._send("preflight", report=report.to_dict())
+            self._send(PreflightSaid(report))
             failed = [c.name for c in checks if c.status not in ("ok", "skip")]
             self._log("preflight_checked", checks=len(checks), probe_port=port, not_ok=failed)
         except Exception as exc:  # a bug: logged, and node 0 decides without this report
@@ -95,6 +96,6 @@ class NodePreflight:
                 target.probe_port,
                 self._coord.job,
             )
-            self._send("link", link=link.to_dict())
+            self._send(LinkSaid(link))
         except Exception as exc:
             self._log("preflight_error", "error", error=f"{type(exc).__name__}: {exc}"[:300])

@@ -15,6 +15,7 @@ from typing import Any
 from marun.exit_codes import LOST_EXIT
 from marun.job.actions import Key
 from marun.job.job_state import JobState
+from marun.job.messages import Probe
 from marun.runtime.failure import Failure
 
 
@@ -35,7 +36,7 @@ def on_report(job: JobState, key: Key, report: Any) -> None:
             continue
         if target.probe_port > 0 and mine.probe_port > 0:
             job.pf_probed.add(node)
-            job.send(member, "probe", target=target.to_dict())
+            job.send(member, Probe(target))
 
 
 def on_link(job: JobState, key: Key, link: Any) -> None:

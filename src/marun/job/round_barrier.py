@@ -13,6 +13,7 @@ from __future__ import annotations
 from marun.exit_codes import LOST_EXIT, failure_exit
 from marun.job.actions import Announce, Key
 from marun.job.job_state import JobState, RoundRecord
+from marun.job.messages import Restart, Start
 from marun.job.phases import JobPhase
 from marun.job.roster import MemberState
 from marun.runtime.failure import Failure
@@ -48,11 +49,16 @@ def _begin(job: JobState, failure: Failure) -> None:
     job.progress = None  # the next round's steps are its own (resumed from a checkpoint, or not)
     cause = job.rounds[-1].cause
     job.log("job_restart", "info", round=job.round, cause=describe_cause(cause))
-    job.broadcast("restart", round=job.round, cause=cause.to_wire())
+    job.broadcast(Restart(job.round, cause))
 
 
-def round_cause(job: JobState) -> dict[str, object] | None:
-    return job.rounds[-1].cause.to_wire() if job.rounds else None
+def round_cause(job: JobState) -> Failure | None:
+    return job.rounds[-1].cause if job.rounds else None
+
+
+def start_of_round(job: JobState) -> Start:
+    """The `start` of the current round, with its ports."""
+    return Start(job.round, {k: str(v) for k, v in job.round_ports.items()})
 
 
 def rejoin(job: JobState, key: Key, ran: bool = False) -> bool:
@@ -137,7 +143,7 @@ def _start(job: JobState) -> None:
         member.last_seen = job.now  # a node's silence counts from the round's start
     job.enter(JobPhase.RUNNING)  # the cycle's way back (marun.job.phases)
     job.log("job_round_start", round=job.round, ports=job.round_ports)
-    job.broadcast("start", round=job.round, ports=job.round_ports)
+    job.broadcast(start_of_round(job))
 
 
 def on_running(job: JobState, member: MemberState, round_: int, ranks: int) -> None:

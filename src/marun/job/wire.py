@@ -34,6 +34,7 @@ from marun.job.limits import (
     per_source_limit,
     total_limit,
 )
+from marun.job.messages import Challenge, LeaderBeat, LeaderMessage, Refused
 from marun.job.protocol import (
     MAX_HELLO_LINE,
     MAX_LINE,
@@ -108,7 +109,7 @@ class JobPort:
         self.stuck: set[Conn] = set()
         self._beats: list[tuple[float, int, Conn]] = []
         self._beat_order = itertools.count()
-        self._hb_line = self.template("hb", {})
+        self._hb_line = self.template(LeaderBeat())
         self._allowed: set[str] | None = None
         self._allowed_at = 0.0
 
@@ -159,9 +160,7 @@ class JobPort:
         self.per_source[conn.address] = mine + 1
         self._without_hello.append(conn)
         self.sel.register(sock, selectors.EVENT_READ, conn)
-        self.send_conn(
-            conn, "challenge", nonce=conn.nonce, instance=self.instance, version=PROTOCOL
-        )
+        self.send_conn(conn, Challenge(self.instance, PROTOCOL), nonce=conn.nonce)
 
     def _out_of_descriptors(self) -> None:
         """The process has no descriptor left: take the waiting connection with the reserve one
@@ -242,7 +241,7 @@ class JobPort:
         for a node): one line on each side, and the connection closed once that line is out."""
         self.refuse(conn, why)
         if conn.peer_nonce is not None:
-            self.send_conn(conn, "refused", why=why)
+            self.send_conn(conn, Refused(why))
         if conn.out and conn in self.conns:
             conn.closing = True  # read no more; _flush closes it (or SLOW_READER does)
             self._interest(conn, selectors.EVENT_WRITE)
@@ -263,12 +262,14 @@ class JobPort:
 
     # -- sending ----------------------------------------------------------------------------
 
-    def send_conn(self, conn: Conn, kind: str, **fields: Any) -> None:
-        self.send_signed(conn, self.template(kind, fields))
+    def send_conn(self, conn: Conn, message: LeaderMessage | Challenge, **protocol: str) -> None:
+        """(`protocol`: the challenge's nonce)"""
+        self.send_signed(conn, self.template(message, **protocol))
 
-    def template(self, kind: str, fields: dict[str, Any]) -> Template:
-        body = {"job": self.coord.job, "node": self.coord.leader, "slot": 0, "type": kind}
-        body.update(fields)
+    def template(self, message: LeaderMessage | Challenge, **protocol: str) -> Template:
+        """A message as a line to sign for each connection (encoded once for many)."""
+        body = {"job": self.coord.job, "node": self.coord.leader, "slot": 0}
+        body.update(message.to_wire(), **protocol, type=message.KIND)
         return Template(self._secret, body)
 
     def send_signed(self, conn: Conn, template: Template) -> None:
