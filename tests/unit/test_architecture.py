@@ -205,7 +205,7 @@ def test_the_supervisors_parts_never_import_it() -> None:
         return found & set(names)
 
     top = "marun.runtime.supervisor"
-    for part in ("node_state", "node_stop", "node_rounds", "node_report"):
+    for part in ("node_state", "node_stop", "node_machine", "node_report"):
         seen: set[str] = set()
         todo = [f"marun.runtime.{part}"]
         while todo:

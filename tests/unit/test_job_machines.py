@@ -32,7 +32,8 @@ from marun.runtime.round_rule import RoundRule
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "marun"
 PURE = ("job/machine", "job/job_state", "job/admission", "job/round_barrier",
         "job/preflight_barrier", "job/member_machine", "job/messages", "job/actions",
-        "job/roster", "job/phases", "runtime/failure", "runtime/round_rule")  # fmt: skip
+        "job/roster", "job/phases", "runtime/failure", "runtime/round_rule",
+        "runtime/node_machine", "runtime/node_actions")  # fmt: skip
 IMPURE = {"socket", "selectors", "threading", "time", "subprocess", "os", "select", "signal"}
 WALL = 1.7e9
 

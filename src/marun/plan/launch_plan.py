@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from marun.errors import InputError, bad_value
@@ -314,6 +314,18 @@ def round_env(env: Mapping[str, str], round_: int, budget: int) -> dict[str, str
     if _TORCH_ROUND_VARS[0] in env:
         out.update(zip(_TORCH_ROUND_VARS, (str(round_), str(budget))))
     return out
+
+
+def round_spec(
+    spec: ProcessSpec, round_: int, budget: int, ports: Mapping[str, str]
+) -> ProcessSpec:
+    """The process as restart round `round_` starts it: its number and, where it has them, the
+    round's ports (round 0: as planned)."""
+    if round_ == 0:
+        return spec
+    env = {**spec.env, **round_env(spec.env, round_, budget)}
+    env.update({k: v for k, v in ports.items() if k in spec.env})
+    return replace(spec, env=env)
 
 
 def execs_lone_process(plan: LaunchPlan) -> bool:

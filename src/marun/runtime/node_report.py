@@ -66,7 +66,7 @@ def _end_of_job(st: NodeState) -> int:
         if not code:  # this node's own end was clean: the signal is what ends it now
             code = signal_exit(exc.signum)
             st.job.signal = exc.signum
-    stop = st.job_stop
+    stop = st.machine.job_stop
     for event in st.link.poll():
         if event.kind == "stop" and stop is None:
             stop = event

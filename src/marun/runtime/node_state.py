@@ -1,17 +1,15 @@
-"""One node's supervision as data (`NodeState`): the records, the processes running, the phase
-and its deadlines, the job's link; with the few moves every part of the supervisor makes: change
-phase (checked against marun.runtime.phase.SUPERVISOR_MOVES) and say something (marun's events,
-held back until every process started; a line on stderr). The parts that act on it are
-marun.runtime.node_stop (signals and the stop), marun.runtime.node_rounds (restart rounds) and
-marun.runtime.node_report (result.json, the end with the job); marun.runtime.supervisor composes
-them and owns the loop, the processes' start and their output. Each imports this module, never
-the one that composes it."""
+"""What one node's supervisor shell holds (`NodeState`): the records, the processes running and
+their groups, the log descriptors, the job's link and the node's machine
+(marun.runtime.node_machine: the phase and every decision); with the shell's voice (marun's
+events, held back until every process started; a line on stderr). The parts that use it are
+marun.runtime.node_stop (sending signals) and marun.runtime.node_report (result.json, the end
+with the job); marun.runtime.supervisor composes them and owns the loop, the processes' start
+and their output. Each imports this module, never the one that composes it."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,14 +18,14 @@ from typing import TYPE_CHECKING
 
 from marun._files import private_dir
 from marun.plan.launch_plan import LaunchPlan, NodePlan
+from marun.runtime.node_machine import NodeMachine
 from marun.runtime.output import new_tail
-from marun.runtime.phase import SUPERVISOR_MOVES, Phase
 from marun.runtime.result import JobRecord, ProcessRecord
 
 if TYPE_CHECKING:
     from structlog.typing import FilteringBoundLogger
 
-    from marun.runtime.joblink import JobEvent, JobLink
+    from marun.runtime.joblink import JobLink
 
 
 class NodeState:
@@ -52,22 +50,15 @@ class NodeState:
         self.log_fds: list[int] = []  # each record's log descriptor (the supervisor opens them)
         self.running: dict[int, tuple[ProcessRecord, subprocess.Popen[bytes]]] = {}
         self.groups: set[int] = set()  # every process group started, leader alive or not
-        self.pending: dict[int, float] = {}  # record index -> monotonic time of its restart
-        # ARRIVING only where the job spans nodes: nothing starts before node 0 says `start`.
-        self.phase = Phase.ARRIVING if link is not None else Phase.RUNNING
-        self.deadline = 0.0
-        self.others_due: float | None = None  # fail_fast off: when to stop the others anyway
+        self.round_groups: set[int] = set()  # those of the non-daemon processes started
         self.signalled: set[int] = set()  # adopted orphans signalled one by one while stopping
-        self.stop_sig = int(signal.SIGTERM)
-        self.last_scan = 0.0
         self.children_left = True
         self.subreaper = False
         self.log_errors: deque[tuple[str, str, OSError]] = deque()  # from the pump threads
-        self.daemons_only = all(rec.spec.daemon for rec in self.records)
         # The rest of the job (multi-node plans with a coordination section): nothing starts
         # before every node has arrived; a stop from node 0 ends this node like a failure here.
         self.link = link
-        self.job_stop: JobEvent | None = None
+        self.machine = NodeMachine(self.job, self.options, link is not None, time.monotonic())
         # early_signals' count when the supervisor's own signal handling began: a stop signal
         # recorded after it came once that handling was over (node_report's wait for the end)
         self.signals_mark = 0
@@ -77,10 +68,6 @@ class NodeState:
         self.tail_on: int | None = None
         if shared_console and coord is not None and (coord.index, coord.slot) != (coord.leader, 0):
             self.tail_on = coord.leader
-
-    def move(self, phase: Phase) -> None:
-        """The one place the phase changes, checked against runtime.phase.SUPERVISOR_MOVES."""
-        self.phase = SUPERVISOR_MOVES.move(self.phase, phase, self.emit)
 
     # -- its voice ------------------------------------------------------------------------------
 

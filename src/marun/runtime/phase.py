@@ -35,6 +35,15 @@ class Phase(Enum):
     GAVE_UP = "gave up"
 
 
+KILL_WAIT = 10.0  # after SIGKILL, how long to wait for the kernel to take processes away
+TICK = 0.5  # at most this long between checks, so nothing depends on a single wake-up
+# fail_fast off (marun simulate's nodes, which stop one another as one job): after the first
+# failure, how long beyond grace_period the others get to end by the job's own stop before they
+# are stopped here. It covers a heartbeat or two and their own SIGKILL wait; a node that failed
+# before its job existed (exit 2 at plan time) would otherwise leave the others waiting out
+# arrival_timeout + peer_timeout.
+OTHERS_MARGIN = 15.0
+
 # The phases before the stop: a failure, a signal or node 0's stop still decides the end.
 LIVE = (Phase.ARRIVING, Phase.RUNNING, Phase.RESTARTING)
 

@@ -69,6 +69,17 @@ class ProcessRecord:
     def restarts(self) -> int:
         return max(0, len(self.pids) - 1)
 
+    def end_failure(self) -> Failure:
+        """Which process ended and how: what a round's cause and node 0's failure both say."""
+        assert self.ending is not None
+        signum = self.ending.signal
+        return Failure(
+            name=self.spec.name,
+            rank=self.spec.rank,
+            exit_code=self.ending.code,
+            signal=None if signum is None else signal_name(signum),
+        )
+
     @property
     def label(self) -> str:
         return self.spec.name if self.spec.rank is None else str(self.spec.rank)

@@ -30,6 +30,7 @@ from typing import Callable, Union
 
 from marun.exit_codes import signal_exit
 
+SIGTERM, SIGKILL = int(signal.SIGTERM), int(signal.SIGKILL)  # (for modules that send none)
 STOP = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 PASS_ON = (signal.SIGUSR1, signal.SIGUSR2)
 RELAYED = (*STOP, *PASS_ON)

@@ -32,7 +32,6 @@ import contextlib
 import functools
 import os
 import selectors
-import signal
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -42,9 +41,27 @@ from marun.exit_codes import cannot_start_exit
 from marun.plan.launch_plan import LaunchPlan, NodePlan
 from marun.runtime import early_signals, node_report, node_stop
 from marun.runtime.direct_log import DirectLogs
-from marun.runtime.node_rounds import NodeRounds, process_end
+from marun.runtime.node_actions import (
+    Activity,
+    Emit,
+    NodeAction,
+    PassOn,
+    PickPorts,
+    ReportFailure,
+    ReportLeft,
+    ReportRunning,
+    ReportStopped,
+    RequestStacks,
+    Restart,
+    Say,
+    SignalAll,
+    SignalOrphans,
+    SignalRound,
+    StartRound,
+    TakeTail,
+)
 from marun.runtime.node_state import NodeState
-from marun.runtime.node_stop import DRAIN_WAIT, OTHERS_MARGIN, TAIL_WAIT, TICK
+from marun.runtime.node_stop import DRAIN_WAIT, TAIL_WAIT
 from marun.runtime.output import (
     Console,
     OutputStream,
@@ -54,33 +71,37 @@ from marun.runtime.output import (
     open_log,
     widen_pipe,
 )
-from marun.runtime.phase import LIVE, Phase
+from marun.runtime.phase import Phase
 from marun.runtime.reaper import (
     Ending,
     become_subreaper,
+    direct_children,
     reap,
 )
-from marun.runtime.result import (
-    ProcessRecord,
-    describe,
-)
+from marun.runtime.result import ProcessRecord
+from marun.runtime.round_rule import planned_ports, round_ports
 from marun.runtime.signals import (
+    SIGKILL,
     SignalPipe,
     signal_name,
 )
 from marun.runtime.spawn import spawn
 
 if TYPE_CHECKING:
-    from marun.runtime.joblink import JobEvent, JobLink
+    from marun.runtime.joblink import JobLink
+    from marun.runtime.stacks import StackDumps
+if TYPE_CHECKING:
     from marun.runtime.stacks import StackDumps
 
 
 class Supervisor:
     """Runs `node` (one of `plan`'s nodes) under `plan.supervision` to the end: `run()` returns
-    marun's exit code. `console` is marun's stdout unless given. It composes the node's state
-    (marun.runtime.node_state) and the parts that act on it: the stop and signals
-    (marun.runtime.node_stop), restart rounds (marun.runtime.node_rounds), the end and its
-    record (marun.runtime.node_report); it owns the loop, the processes' start and output."""
+    marun's exit code. `console` is marun's stdout unless given. The shell of the node's machine
+    (marun.runtime.node_machine, in the state marun.runtime.node_state holds): it feeds the
+    machine what happens (a process's end, a signal, node 0's word, the time) and carries out
+    what the machine returns (start, signal, report, say); it owns the loop, the processes'
+    start and their output. Sending signals is marun.runtime.node_stop's, the end and its
+    record marun.runtime.node_report's."""
 
     def __init__(
         self,
@@ -92,6 +113,7 @@ class Supervisor:
     ) -> None:
         st = self.state = NodeState(plan, node, link, shared_console)
         self.job = st.job
+        self.machine = st.machine
         self._console_selection = plan.supervision.console
         self._console = Console() if console is None else console
         st.log_fds = _prepare(st.records)
@@ -105,12 +127,12 @@ class Supervisor:
         if link is not None and hang is not None:  # the hang watchdog's input: their growth
             self._direct.watch(link.activity, hang)
         self._stacks: StackDumps | None = None  # the hang watchdog's py-spy dumps, off the loop
-        self._rounds = NodeRounds(st, self._start)
 
     # -- the loop ---------------------------------------------------------------------------
 
     def run(self) -> int:
         st = self.state
+        machine = self.machine
         st.subreaper = become_subreaper()
         with contextlib.suppress(OSError, ValueError):
             sys.stdout.flush()  # the console writes to fd 1 directly, after anything buffered
@@ -120,28 +142,27 @@ class Supervisor:
                 early = early_signals.first()  # one that came before this pipe listened
                 st.signals_mark = early_signals.count()
                 st.job.started = time.time()
-                if early is not None:
-                    node_stop.on_signals(st, [early])  # nothing starts; the job hears of it
                 if st.link is not None:
                     # Nothing starts before every node of the job has arrived (node 0 says).
                     self._sel.register(st.link.fileno(), selectors.EVENT_READ, "job")
-                elif st.phase in LIVE:
-                    self._start_all()
-                while not self._finished():
-                    for key, _ in self._sel.select(self._timeout()):
+                # (an early stop signal: nothing starts; the job hears of it)
+                self._carry_out(machine.begin(time.monotonic(), time.time(), early))
+                while not machine.finished():
+                    for key, _ in self._sel.select(machine.timeout(time.monotonic())):
                         if key.data is None:
-                            node_stop.on_signals(st, sigs.drain())
-                        elif key.data == "job":
-                            self._on_job(st.link.poll() if st.link else [])
+                            self._carry_out(machine.signals(sigs.drain(), time.monotonic()))
+                        elif key.data == "job" and st.link is not None:
+                            events = st.link.poll()
+                            self._carry_out(machine.heard(events, time.monotonic(), time.time()))
                     self._reap()
-                    self._restart_due()
-                    self._advance()
+                    left = node_stop.round_left(st) if machine.phase is Phase.RESTARTING else ()
+                    self._carry_out(machine.tick(time.monotonic(), st.children_left, left))
                     node_report.report_log_errors(st)
                 self._drain_outputs()  # with the signals still caught
         finally:
             # Whatever happened above (even a bug), no process marun started outlives it.
             if st.running:
-                node_stop.signal_everything(st, signal.SIGKILL)
+                node_stop.signal_everything(st, SIGKILL)
             drained = self._drain_outputs()
             st.log_early_events()
             node_report.report_log_errors(st)
@@ -154,39 +175,98 @@ class Supervisor:
                     os.close(fd)
         return node_report.finish(st)
 
-    def _start_all(self) -> None:
+    def _carry_out(self, actions: list[NodeAction]) -> None:
+        """What the machine asked, in order (what that brings back from it, after)."""
         st = self.state
-        st.job.started = time.time()
-        self._rounds.start_round(0, {})
-        st.log_early_events()
+        todo = list(actions)
+        while todo:
+            action = todo.pop(0)
+            more: list[NodeAction] = []
+            if isinstance(action, Emit):
+                st.emit(action.event, action.level, **action.fields)
+            elif isinstance(action, StartRound):
+                more = self._start_round(action)
+            elif isinstance(action, Restart):
+                rec = st.records[action.index]
+                rec.tail.clear()
+                end_the_line(st.log_fds[action.index])
+                more = self._start(action.index) or []
+            elif isinstance(action, SignalAll):
+                node_stop.signal_everything(st, action.signum)
+            elif isinstance(action, SignalRound):
+                node_stop.signal_round(st, action.signum)
+            elif isinstance(action, SignalOrphans):
+                node_stop.signal_orphans(st, action.signum)
+            elif isinstance(action, PassOn):
+                node_stop.pass_on(st, action.signum)
+            elif isinstance(action, TakeTail):
+                lines = self._direct.read_tail(action.index)  # None: its pump keeps them
+                if lines is not None:
+                    tail = st.records[action.index].tail
+                    tail.clear()
+                    tail.extend(lines)
+            elif isinstance(action, ReportFailure):
+                self._report_failure(action)
+            elif isinstance(action, ReportStopped) and st.link is not None:
+                st.link.report_stopped(action.round)
+            elif isinstance(action, ReportRunning) and st.link is not None:
+                st.link.report_running(action.round, action.ranks)
+            elif isinstance(action, Activity) and st.link is not None:
+                st.link.activity()  # the hang watchdog's silence counts from the round's start
+            elif isinstance(action, RequestStacks):
+                self._request_stacks(action.sample)
+            elif isinstance(action, PickPorts):
+                names = st.options.round_ports
+                planned = planned_ports((r.spec for r in st.records), names)
+                ports = round_ports(planned, names, action.round)
+                more = self.machine.ports_picked(action.round, ports, time.monotonic(), time.time())
+            elif isinstance(action, ReportLeft):
+                left = [pid for pid, _ in direct_children()] or sorted(st.running)
+                st.emit("processes_left_after_sigkill", "error", pids=left)
+            elif isinstance(action, Say):
+                st.say(action.text)
+            todo[:0] = more
 
-    def _on_job(self, events: list[JobEvent]) -> None:
+    def _start_round(self, action: StartRound) -> list[NodeAction]:
+        """Each record of the round in order, its log marked first; the first that cannot
+        start ends it (the machine heard why)."""
         st = self.state
-        for event in events:
-            if event.kind == "start" and st.phase is Phase.ARRIVING:
-                if event.code == 0 and not st.job.rounds:
-                    st.emit("job_started")
-                    self._start_all()
-                else:  # a restart round's (marun.runtime.node_rounds)
-                    self._rounds.start_round(event.code, dict(event.ports))
-                    st.log_early_events()
-            elif event.kind == "restart":
-                self._rounds.on_restart(event.code, event.failure)
-            elif event.kind == "dump" and st.phase is Phase.RUNNING:
-                # code 1: the watchdog's sample (to compare with another): not written to logs
-                self._request_stacks(sample=event.code == 1)
-            elif event.kind == "stop" and st.job_stop is None:
-                # Kept even when this node is already stopping: the job's first failure is
-                # printed at the end whichever node it was on.
-                st.job_stop = event
-                if st.phase not in LIVE:
-                    continue
-                st.pending.clear()
-                st.job.exit_code = event.code
-                st.job.outcome = "failed" if event.code else "succeeded"
-                reason = "job done" if not event.code else "job stopped by node 0"
-                st.emit("job_stop", "error" if event.code else "info", code=event.code)
-                node_stop.begin_stop(st, reason, signal.SIGTERM)
+        if self.machine.round == 0:
+            st.job.started = time.time()
+        started = 0
+        more: list[NodeAction] | None = None
+        for index in action.indexes:
+            rec = st.records[index]
+            if action.mark is not None:
+                end_the_line(st.log_fds[index])
+                with contextlib.suppress(OSError):
+                    os.write(st.log_fds[index], f"{action.mark}\n".encode())
+            rec.tail.clear()
+            more = self._start(index)
+            if more is not None:
+                break
+            started += 0 if rec.spec.daemon else 1
+        else:
+            more = self.machine.round_started(started, time.monotonic())
+        # The round's processes are started: marun's own log can be imported now (it costs
+        # more than starting them).
+        st.log_early_events()
+        return more or []
+
+    def _report_failure(self, action: ReportFailure) -> None:
+        st = self.state
+        if st.link is None:
+            return
+        failure = action.failure
+        if action.index is not None:
+            # The last lines it wrote may still be in its pipe: its pump takes them in first
+            # (the end of the pipe comes at once unless something it started holds it open).
+            pump = self._pumps.get(action.index)
+            if pump is not None:
+                pump.done.wait(TAIL_WAIT)
+            rec = st.records[action.index]
+            failure = failure.but(log=rec.spec.log, tail=tuple(rec.tail)[-20:])
+        st.link.report_failure(failure, action.uptime)
 
     def _request_stacks(self, sample: bool) -> None:
         """py-spy takes seconds a process: the dumps run in marun.runtime.stacks' own thread,
@@ -206,29 +286,10 @@ class Supervisor:
             targets.append(Target(pid, rec.spec.name, rec.spec.rank, fd))
         self._stacks.request(targets)
 
-    def _advance(self) -> None:
-        if self.state.phase is Phase.RESTARTING:
-            self._rounds.advance()
-        else:
-            node_stop.advance(self.state)
-
-    def _finished(self) -> bool:
-        st = self.state
-        return st.phase not in LIVE and (not st.children_left or st.phase is Phase.GAVE_UP)
-
-    def _timeout(self) -> float:
-        st = self.state
-        now = time.monotonic()
-        due = [t - now for t in st.pending.values()]
-        if st.phase in (Phase.STOPPING, Phase.KILLING, Phase.RESTARTING):
-            due.append(st.deadline - now)
-        elif st.others_due is not None:
-            due.append(st.others_due - now)
-        return max(0.0, min([TICK, *due]))
-
     # -- starting ---------------------------------------------------------------------------
 
-    def _start(self, index: int) -> bool:
+    def _start(self, index: int) -> list[NodeAction] | None:
+        """Start record `index`; None, or (it could not start) what the machine says to that."""
         st = self.state
         rec = st.records[index]
         spec = rec.spec
@@ -239,7 +300,7 @@ class Supervisor:
             widen_pipe(read_fd)
         now = time.time()
         try:
-            popen = spawn(self._rounds.spec_of_round(spec), write_fd)
+            popen = spawn(self.machine.spec_of_round(spec), write_fd)
         except OSError as exc:
             if shown:
                 os.close(read_fd)
@@ -249,15 +310,15 @@ class Supervisor:
             rec.ended = now
             rec.ending = Ending(code)
             st.emit("process_failed_to_start", "error", process=spec.name, error=rec.error)
-            self._fail(rec)
-            return False
+            return self.machine.start_failed(index, time.monotonic())
         finally:
             if shown:
                 os.close(write_fd)
         st.running[popen.pid] = (rec, popen)
         st.groups.add(popen.pid)
         if not spec.daemon:
-            self._rounds.groups.add(popen.pid)
+            st.round_groups.add(popen.pid)
+        self.machine.started(index)
         if shown:
             prefix = f"[{st.node.index}:{rec.label}] ".encode() if st.options.prefix_output else b""
             stream = OutputStream(
@@ -284,7 +345,7 @@ class Supervisor:
             argv=list(spec.argv),
             log=spec.log,
         )
-        return True
+        return None
 
     # -- output -----------------------------------------------------------------------------
 
@@ -322,82 +383,10 @@ class Supervisor:
                 exit_code=ending.code,
                 signal=None if ending.signal is None else signal_name(ending.signal),
             )
-            if st.phase is Phase.RUNNING and ending.code != 0:
-                self._on_failure(rec)
+            self._carry_out(self.machine.exited(st.records.index(rec), time.monotonic()))
         if not st.subreaper and not st.running:
             # Without adoption, orphans are not ours to wait for: the planned ones are all.
             st.children_left = False
-
-    def _on_failure(self, rec: ProcessRecord) -> None:
-        st = self.state
-        if rec.spec.restart_on_failure and rec.restarts < st.options.recovery_restarts:
-            index = st.records.index(rec)
-            st.pending[index] = time.monotonic() + st.options.recovery_wait
-            st.emit(
-                "process_restart_scheduled",
-                "warning",  # it died: a person should see it without --verbose
-                process=rec.spec.name,
-                rank=rec.spec.rank,
-                restart=rec.restarts + 1,
-                recovery_restarts=st.options.recovery_restarts,
-                in_seconds=st.options.recovery_wait,
-            )
-            return
-        self._fail(rec)
-
-    def _fail(self, rec: ProcessRecord) -> None:
-        st = self.state
-        if st.phase not in LIVE or st.job.first_failure is not None:
-            return
-        assert rec.ending is not None
-        lines = self._direct.read_tail(st.records.index(rec))  # None: its pump keeps them
-        if lines is not None:
-            rec.tail.clear()
-            rec.tail.extend(lines)
-        st.job.first_failure = rec
-        st.job.outcome = "failed"
-        st.job.exit_code = rec.ending.code
-        st.emit(
-            "job_failed",
-            "error",
-            process=rec.spec.name,
-            rank=rec.spec.rank,
-            status=describe(rec.ending),
-        )
-        if self._rounds.failure_to_round(rec):
-            pass  # a restart round (marun.runtime.node_rounds), or node 0's stop
-        elif st.options.fail_fast:
-            node_stop.begin_stop(st, "failure", signal.SIGTERM)
-        else:
-            st.others_due = time.monotonic() + st.options.grace_period + OTHERS_MARGIN
-        if st.link is not None:
-            # The last lines it wrote may still be in its pipe: its pump takes them in first
-            # (the end of the pipe comes at once unless something it started holds it open).
-            pump = self._pumps.get(st.records.index(rec))
-            if pump is not None:
-                pump.done.wait(TAIL_WAIT)
-            st.link.report_failure(
-                process_end(rec).but(log=rec.spec.log, tail=tuple(rec.tail)[-20:]),
-                self._rounds.uptime(),
-            )
-
-    def _restart_due(self) -> None:
-        st = self.state
-        now = time.monotonic()
-        for index, due in sorted(st.pending.items()):
-            if due <= now and st.phase is Phase.RUNNING:
-                del st.pending[index]
-                rec = st.records[index]
-                st.emit(
-                    "process_restarting",
-                    process=rec.spec.name,
-                    rank=rec.spec.rank,
-                    restart=rec.restarts + 1,
-                    recovery_restarts=st.options.recovery_restarts,
-                )
-                rec.tail.clear()
-                end_the_line(st.log_fds[index])
-                self._start(index)
 
 
 def _prepare(records: list[ProcessRecord]) -> list[int]:
