@@ -170,11 +170,11 @@ class MachineInterleavings(JobInterleavings):
             if isinstance(action, Send):
                 member = self.machine.job.members.get(action.key)
                 if member is not None and isinstance(member.conn, Pipe):
-                    self._deliver_to(member.conn, action.kind, action.fields)
+                    self._deliver_to(member.conn, action.message.KIND, action.message.to_wire())
             elif isinstance(action, Broadcast):
                 for member in list(self.machine.job.members.values()):
                     if isinstance(member.conn, Pipe):
-                        self._deliver_to(member.conn, action.kind, action.fields)
+                        self._deliver_to(member.conn, action.message.KIND, action.message.to_wire())
             elif isinstance(action, Log):
                 self.events.append((action.event, action.fields))
             elif isinstance(action, TurnAway) and isinstance(action.handle, Pipe):

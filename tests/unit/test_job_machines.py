@@ -57,7 +57,7 @@ def _hello(node: int, instance: str = "", **kw: object) -> Hello:
 
 
 def _kinds(actions: list[Action]) -> list[str]:
-    return [a.kind for a in actions if isinstance(a, (Send, Broadcast))]
+    return [a.message.KIND for a in actions if isinstance(a, (Send, Broadcast))]
 
 
 def test_the_machines_hold_no_socket_thread_clock_or_process() -> None:

@@ -22,28 +22,12 @@ class Send:
     key: Key
     message: LeaderMessage
 
-    @property
-    def kind(self) -> str:
-        return self.message.KIND
-
-    @property
-    def fields(self) -> dict[str, Any]:
-        return self.message.to_wire()
-
 
 @dataclass(frozen=True)
 class Broadcast:
     """One line to every member that has a connection."""
 
     message: LeaderMessage
-
-    @property
-    def kind(self) -> str:
-        return self.message.KIND
-
-    @property
-    def fields(self) -> dict[str, Any]:
-        return self.message.to_wire()
 
 
 @dataclass(frozen=True)
