@@ -490,10 +490,11 @@ class JobInterleavings(RuleBasedStateMachine):
 
 
 def run_interleavings(
-    examples: int, steps: int, machine: type[JobInterleavings] = JobInterleavings
+    examples: int, steps: int, machine: type[RuleBasedStateMachine] = JobInterleavings
 ) -> None:
     """`examples` interleavings of up to `steps` steps each (the fast lane's and the slow's), of
-    `machine` (this harness, or test_job_machine_interleavings' over the job machine alone)."""
+    `machine` (this harness, test_job_machine_interleavings' over the job machine alone, or
+    test_job_whole_interleavings' whole job)."""
     try:
         run_state_machine_as_test(
             machine,

@@ -29,15 +29,14 @@ import signal
 from collections import deque
 from typing import Any
 
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
     invariant,
     rule,
-    run_state_machine_as_test,
 )
+from test_job_interleavings import run_interleavings
 
 from marun.exit_codes import signal_exit
 from marun.job.actions import Action, Broadcast, Drop, Refuse, Send, TurnAway
@@ -482,16 +481,7 @@ class WholeJob(RuleBasedStateMachine):
 
 
 def run_whole_job(examples: int, steps: int) -> None:
-    run_state_machine_as_test(
-        WholeJob,
-        settings=settings(
-            max_examples=examples,
-            stateful_step_count=steps,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-            derandomize=os.environ.get("MARUN_PROPERTY_RANDOM") != "1",
-        ),
-    )
+    run_interleavings(examples, steps, WholeJob)
 
 
 def test_the_whole_job_in_every_interleaving() -> None:

@@ -90,8 +90,6 @@ from marun.runtime.spawn import spawn
 if TYPE_CHECKING:
     from marun.runtime.joblink import JobLink
     from marun.runtime.stacks import StackDumps
-if TYPE_CHECKING:
-    from marun.runtime.stacks import StackDumps
 
 
 class Supervisor:
