@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import time
 from pathlib import Path
 
 import resume_math as rm
@@ -97,6 +98,13 @@ def main() -> None:
             ms.save_checkpoint(net, str(tmp))
             os.replace(tmp, args.ckpt_dir / f"step_{step}.ckpt")
         allreduce(Tensor(np.ones(1, dtype=np.float32)))  # a barrier: the checkpoint is on disk
+        # MindSpore's CPU AllReduce was seen to let a worker past before worker 0's rename (a
+        # round resumed from step s-1 once in four runs): every worker also waits for the file.
+        done = args.ckpt_dir / f"step_{step}.ckpt"
+        for _ in range(600):
+            if done.exists():
+                break
+            time.sleep(0.1)
 
     print(f"rank {rank} final loss {loss_value!r}", flush=True)
 
