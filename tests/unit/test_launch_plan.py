@@ -204,6 +204,7 @@ def test_the_dry_run_shows_the_supervision(tmp_path: Path, fmt: str) -> None:
         "fail_fast": True,
         "collapse_window": 0.5,
         "progress_pattern": None,
+        "preload": [],
     }
 
 

@@ -157,6 +157,16 @@ FatalCodesOpt = Annotated[
         help="exit codes (e.g. 3,4) that end the job without a restart round",
     ),
 ]
+PreloadOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--preload",
+        metavar="MOD[,MOD...]",
+        help="with --max-restarts: a spare interpreter per rank imports these modules (e.g."
+        " torch) and waits; a restart round's rank starts in it, without the imports (its"
+        " memory stays taken while it waits; docs/warm-restarts.md)",
+    ),
+]
 RecoveryRestartsOpt = Annotated[
     Optional[str],
     typer.Option(

@@ -109,6 +109,9 @@ class Settings:
     fatal_exit_codes: tuple[str, ...] = ()  # exit codes that end the job without a round
     quick_failure: float = 30.0  # a failure this soon after its round's start, twice: the end
     # MindSpore process-level recovery (MS_ENABLE_RECOVERY=1): restarts per process
+    # warm restarts (docs/warm-restarts.md): modules a spare interpreter per rank imports while
+    # it waits to become the rank of the next restart round; empty: off
+    preload: tuple[str, ...] = ()
     recovery_restarts: int = 3
     recovery_wait: float = 30.0
     console_ranks: tuple[str, ...] = ()  # ranks/names shown on marun's stdout; empty: all

@@ -88,6 +88,28 @@ def _progress_pattern(pattern: str) -> None:
     raise bad_value("progress_pattern", pattern, f"{why} ({_where('progress_pattern')})")
 
 
+def _preload(modules: tuple[str, ...], max_restarts: int) -> None:
+    """`preload`: module names (dotted, as `import` takes them), and restart rounds for the
+    spares to serve."""
+    if not modules:
+        return
+    import re
+
+    dotted = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+    for name in modules:
+        if not isinstance(name, str) or not dotted.fullmatch(name):
+            raise bad_value(
+                "preload", name, f"module names, comma-separated (torch,numpy; {_where('preload')})"
+            )
+    if not max_restarts:
+        raise bad_value(
+            "preload",
+            ",".join(modules),
+            "restart rounds to serve (--max-restarts N, N > 0): a spare interpreter is used "
+            "only when a restart round starts",
+        )
+
+
 def _where(name: str) -> str:
     return f"--{name.replace('_', '-')}, MARUN_{name.upper()} or config key {name}"
 
@@ -110,6 +132,8 @@ class Supervision:
     `collapse_window`: seconds a console line waits for the same line of the node's other ranks
     (0: off; on only where the node shows more than two ranks, marun.runtime.collapse).
     `progress_pattern`: the user's step counter (marun.progress.recognise), else the known ones.
+    `preload`: modules a spare interpreter per rank imports while it waits to become that rank
+    in the next restart round (docs/warm-restarts.md); only with restart rounds.
     """
 
     grace_period: float = 30.0
@@ -128,6 +152,7 @@ class Supervision:
     round_ports: tuple[str, ...] = ()
     collapse_window: float = 0.5
     progress_pattern: str | None = None
+    preload: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _seconds("grace_period", self.grace_period)
@@ -148,6 +173,7 @@ class Supervision:
                     f"exit codes 1-255, comma-separated ({_where('fatal_exit_codes')})",
                 )
         ConsoleSelection.parse(self.console_ranks)
+        _preload(self.preload, self.max_restarts)
 
     @property
     def console(self) -> ConsoleSelection:
@@ -170,6 +196,7 @@ class Supervision:
             "fail_fast": self.fail_fast,
             "collapse_window": self.collapse_window,
             "progress_pattern": self.progress_pattern,
+            "preload": list(self.preload),
         }
 
     @classmethod
@@ -191,6 +218,7 @@ class Supervision:
             fail_fast=bool(data.get("fail_fast", True)),
             collapse_window=float(data.get("collapse_window", 0.5)),
             progress_pattern=data.get("progress_pattern"),
+            preload=tuple(str(m) for m in data.get("preload", ())),
         )
 
 
@@ -306,6 +334,9 @@ ERROR_FILE_VAR = "TORCHELASTIC_ERROR_FILE"
 # has them: PyTorch mode plans TORCHELASTIC_*).
 ROUND_VAR, BUDGET_VAR = "MARUN_RESTART_COUNT", "MARUN_MAX_RESTARTS"
 _TORCH_ROUND_VARS = ("TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS")
+# Every variable round_env may set (a spare interpreter is started without them: its round is
+# not known yet).
+ROUND_VARS = (ROUND_VAR, BUDGET_VAR, *_TORCH_ROUND_VARS)
 
 
 def round_env(env: Mapping[str, str], round_: int, budget: int) -> dict[str, str]:
@@ -326,6 +357,18 @@ def round_spec(
     env = {**spec.env, **round_env(spec.env, round_, budget)}
     env.update({k: v for k, v in ports.items() if k in spec.env})
     return replace(spec, env=env)
+
+
+def warm_entry(argv: tuple[str, ...] | list[str]) -> tuple[str, str] | None:
+    """What a spare interpreter (`preload`) would run for a process started as `argv`: ("path",
+    SCRIPT) for `python SCRIPT.py ...`, ("module", MODULE) for `python -m MODULE ...`; None
+    for anything else (a command, mpirun), which only a cold start can run. argv[0] must be a
+    Python interpreter: the planner's resolve_command makes it one for these two shapes."""
+    if len(argv) >= 3 and argv[1] == "-m":
+        return ("module", argv[2])
+    if len(argv) >= 2 and argv[1].endswith(".py") and not argv[1].startswith("-"):
+        return ("path", argv[1])
+    return None
 
 
 def execs_lone_process(plan: LaunchPlan) -> bool:

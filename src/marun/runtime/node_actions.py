@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from marun.plan.launch_plan import Supervision
 from marun.runtime.failure import Failure
 
 
@@ -25,6 +26,13 @@ class Restart:
     """Start record `index` again on its own (restart_on_failure)."""
 
     index: int
+
+
+@dataclass(frozen=True)
+class StartSpares:
+    """`preload`: the round's processes are started; start a spare interpreter for each
+    restarted process that has none (marun.runtime.warm_spare), for the next round. (The
+    node's stop, SignalAll, kills every spare: none is a process of the job.)"""
 
 
 @dataclass(frozen=True)
@@ -126,6 +134,7 @@ class Say:
 NodeAction = Union[
     StartRound,
     Restart,
+    StartSpares,
     SignalAll,
     SignalRound,
     SignalOrphans,
@@ -141,3 +150,9 @@ NodeAction = Union[
     Emit,
     Say,
 ]
+
+
+def after_round_started(options: Supervision, round_: int) -> list[NodeAction]:
+    """What follows round `round_`'s processes all started, beside what the node's machine
+    says: with `preload`, spares for the next round while one may come (max_restarts)."""
+    return [StartSpares()] if options.preload and round_ < options.max_restarts else []

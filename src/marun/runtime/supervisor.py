@@ -32,13 +32,14 @@ import contextlib
 import functools
 import os
 import selectors
+import subprocess
 import sys
 import time
 from typing import TYPE_CHECKING
 
 from marun.errors import bad_value
 from marun.exit_codes import cannot_start_exit
-from marun.plan.launch_plan import LaunchPlan, NodePlan
+from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
 from marun.runtime import early_signals, node_report, node_stop
 from marun.runtime.direct_log import DirectLogs
 from marun.runtime.node_actions import (
@@ -58,7 +59,9 @@ from marun.runtime.node_actions import (
     SignalOrphans,
     SignalRound,
     StartRound,
+    StartSpares,
     TakeTail,
+    after_round_started,
 )
 from marun.runtime.node_state import NodeState
 from marun.runtime.node_stop import DRAIN_WAIT, TAIL_WAIT
@@ -90,6 +93,7 @@ from marun.runtime.spawn import spawn
 if TYPE_CHECKING:
     from marun.runtime.joblink import JobLink
     from marun.runtime.stacks import StackDumps
+    from marun.runtime.warm_spare import Spares
 
 
 class Supervisor:
@@ -125,6 +129,7 @@ class Supervisor:
         if link is not None and hang is not None:  # the hang watchdog's input: their growth
             self._direct.watch(link.activity, hang)
         self._stacks: StackDumps | None = None  # the hang watchdog's py-spy dumps, off the loop
+        self._spares: Spares | None = None  # preload's spare interpreters (warm_spare.py)
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -159,6 +164,8 @@ class Supervisor:
                 self._drain_outputs()  # with the signals still caught
         finally:
             # Whatever happened above (even a bug), no process marun started outlives it.
+            if self._spares is not None:
+                self._spares.drop_all()
             if st.running:
                 node_stop.signal_everything(st, SIGKILL)
             drained = self._drain_outputs()
@@ -189,7 +196,11 @@ class Supervisor:
                 rec.tail.clear()
                 end_the_line(st.log_fds[action.index])
                 more = self._start(action.index) or []
+            elif isinstance(action, StartSpares):
+                self._start_spares()
             elif isinstance(action, SignalAll):
+                if self._spares is not None:  # the node stops: spares first, all of them
+                    self._spares.drop_all()
                 node_stop.signal_everything(st, action.signum)
             elif isinstance(action, SignalRound):
                 node_stop.signal_round(st, action.signum)
@@ -240,12 +251,13 @@ class Supervisor:
                 with contextlib.suppress(OSError):
                     os.write(st.log_fds[index], f"{action.mark}\n".encode())
             rec.tail.clear()
-            more = self._start(index)
+            more = self._start(index, warm=True)
             if more is not None:
                 break
             started += 0 if rec.spec.daemon else 1
         else:
             more = self.machine.round_started(started, time.monotonic())
+            more += after_round_started(st.options, self.machine.round)
         # The round's processes are started: marun's own log can be imported now (it costs
         # more than starting them).
         st.log_early_events()
@@ -286,8 +298,23 @@ class Supervisor:
 
     # -- starting ---------------------------------------------------------------------------
 
-    def _start(self, index: int) -> list[NodeAction] | None:
-        """Start record `index`; None, or (it could not start) what the machine says to that."""
+    def _start_spares(self) -> None:
+        """preload: a spare interpreter for each of the round's processes (marun.runtime
+        .warm_spare), imported here only when preload is on."""
+        st = self.state
+        if self._spares is None:
+            from marun.plan.launch_plan import ROUND_VARS
+            from marun.runtime.warm_spare import Spares
+
+            round_vars = frozenset((*ROUND_VARS, *st.options.round_ports))
+            self._spares = Spares(st.options.preload, round_vars, st.emit)
+        for index, rec in enumerate(st.records):
+            if not rec.spec.daemon:
+                self._spares.start(index, rec.spec)
+
+    def _start(self, index: int, warm: bool = False) -> list[NodeAction] | None:
+        """Start record `index` (`warm`: in its spare, if it has one ready); None, or (it could
+        not start) what the machine says to that."""
         st = self.state
         rec = st.records[index]
         spec = rec.spec
@@ -298,7 +325,7 @@ class Supervisor:
             widen_pipe(read_fd)
         now = time.time()
         try:
-            popen = spawn(self.machine.spec_of_round(spec), write_fd)
+            popen, promoted = self._spawn(index, warm, write_fd)
         except OSError as exc:
             if shown:
                 os.close(read_fd)
@@ -342,8 +369,21 @@ class Supervisor:
             attempt=len(rec.pids),
             argv=list(spec.argv),
             log=spec.log,
+            **({"warm": "spare"} if promoted else {}),
         )
         return None
+
+    def _spawn(self, index: int, warm: bool, out_fd: int) -> tuple[subprocess.Popen[bytes], bool]:
+        """Record `index`'s process of this round (`warm`: in its spare where one is ready, one
+        line where it has one that cannot be), and whether it was a spare."""
+        spec = self.machine.spec_of_round(self.state.records[index].spec)
+        if warm and self._spares is not None:
+            popen, why = self._spares.take(index, spec, out_fd)
+            if why:
+                self.state.say(f"marun: {_who(spec)} starts cold: its spare {why}\n")
+            if popen is not None:
+                return popen, True
+        return spawn(spec, out_fd), False
 
     # -- output -----------------------------------------------------------------------------
 
@@ -366,6 +406,8 @@ class Supervisor:
         now = time.time()
         for pid, ending in ended:
             entry = st.running.pop(pid, None)
+            if entry is None and self._spares is not None and self._spares.reaped(pid, ending):
+                continue  # a spare interpreter: no process of the job
             if entry is None:
                 st.job.orphans_reaped += 1
                 continue
@@ -385,6 +427,10 @@ class Supervisor:
         if not st.subreaper and not st.running:
             # Without adoption, orphans are not ours to wait for: the planned ones are all.
             st.children_left = False
+
+
+def _who(spec: ProcessSpec) -> str:
+    return spec.name if spec.rank is None else f"rank {spec.rank}"
 
 
 def _prepare(records: list[ProcessRecord]) -> list[int]:

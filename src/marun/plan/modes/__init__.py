@@ -121,6 +121,8 @@ def plan_with(
         plan = with_rounds(replace(plan, supervision=watching))
         watching = plan.supervision
     notes = (*plan.notes, *_near_miss_notes(platform), *_console_notes(plan, watching, all_nodes))
+    if watching.preload:
+        notes = (*notes, _preload_note(plan, platform.python, watching.preload))
     if (
         not always_supervise
         and coordination is None
@@ -135,6 +137,38 @@ def plan_with(
             "written; --supervise keeps marun in front and writes both",
         )
     return replace(plan, supervision=watching, notes=notes, coordination=coordination)
+
+
+def _preload_note(plan: LaunchPlan, python: str, modules: tuple[str, ...]) -> str:
+    """`preload`: every process a round restarts must be one a spare interpreter can run (a
+    .py script or -m MODULE under marun's interpreter), else one line, nothing started; the
+    note says what the spares cost (docs/warm-restarts.md)."""
+    from marun.plan.launch_plan import warm_entry
+
+    ranks = 0
+    for node in plan.nodes:
+        for proc in node.processes:
+            if proc.daemon:
+                continue  # lives on from round to round: never restarted, no spare
+            if warm_entry(proc.argv) is None or proc.argv[0] != python:
+                raise InputError(
+                    f"preload={','.join(modules)}: process {proc.name} runs {proc.argv[0]!r}, "
+                    "not a Python script; expected a .py script or -m MODULE (a spare "
+                    "interpreter can run only those), or no --preload"
+                )
+            ranks += 1
+    where = "the job" if len(plan.nodes) > 1 else "this node"
+    return (
+        f"preload {','.join(modules)}: {ranks} spare interpreter(s) on {where}, one per "
+        "process, each with these modules imported, waiting to become its process in the next "
+        "restart round; started after each round's processes, at the lowest CPU priority where "
+        "marun may restore it (SCHED_IDLE), they take no CPU while they wait, but hold their "
+        f"imports' memory: {PRELOAD_COST} (docs/warm-restarts.md)"
+    )
+
+
+# What one spare costs while it waits (docs/warm-restarts.md, measured there).
+PRELOAD_COST = "about 0.3 GB RSS each with torch 2 (CPU) imported"
 
 
 def _console_notes(plan: LaunchPlan, watching: Supervision, all_nodes: bool) -> tuple[str, ...]:

@@ -57,6 +57,7 @@ def supervision(platform: Platform, always_supervise: bool = False) -> Supervisi
         quick_failure=settings.quick_failure,
         collapse_window=settings.collapse_window,
         progress_pattern=settings.progress_pattern,
+        preload=settings.preload,
     )
 
 

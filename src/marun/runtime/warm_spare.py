@@ -1,0 +1,421 @@
+"""Warm restarts (`preload`, docs/warm-restarts.md): for each restarted process of the node, one
+spare interpreter that has imported the listed modules (torch, ...) and waits; when a restart
+round starts, the spare becomes the process, so the round's ranks skip those imports.
+
+A spare is a child of marun started as a cold rank is (marun.runtime.spawn: its own session,
+death with marun, the rank's working directory), with the rank's environment minus the round's
+own variables (round number, budget, the ports that move: not known before the round) and the
+script's own argv, so that what a module reads at import is what it reads in a cold start. It
+runs `SPARE_CODE` (`python -c`): import the modules, say `R` (ready) or `F<why>` (the import
+failed) on its control socket, then block reading it. Its stdout and stderr meanwhile are a
+pipe of its own, read at its promotion: what the imports printed goes first into the rank's
+output, as in a cold start.
+
+Promotion (`Spares.take`), in marun's loop when a round starts the process: the spare must have
+said `R` and still be there; marun gives its CPU priority back (spares wait at SCHED_IDLE where
+marun may restore the priority), writes what the imports printed into the rank's output, and
+sends, with the rank's stdout/stderr descriptor (SCM_RIGHTS: the pipe of its pump, or its log
+file as a cold rank gets it), the round's argv, whole environment and working directory. The
+spare puts them in place and runs the script as `python SCRIPT` would (`__main__`, `__file__`,
+`sys.argv`, `sys.path[0]`), or `-m MODULE` as runpy's `_run_module_as_main`. Anything else (no
+`R` yet, a failed import, a spare that died or cannot take the start) is a cold start, and the
+supervisor says so in one line. A spare is never one of the job's processes: its end is no
+failure; the node's stop kills every spare.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import marshal
+import os
+import signal
+import socket
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from marun._files import write_all
+from marun.plan.launch_plan import ProcessSpec, warm_entry
+from marun.runtime.execute import prepare_error_file
+from marun.runtime.reaper import Ending, signal_group
+from marun.runtime.signals import signal_name
+from marun.runtime.spawn import DIE_WITH_MARUN
+
+SEND_WAIT = 5.0  # seconds a promotion may take to hand over (a spare stopped: a cold start)
+READY, FAILED, START = b"R", b"F", b"P"
+_CAP_SYS_NICE = 23  # <linux/capability.h>
+
+# The spare's program, run as `python -c SPARE_CODE FD MODULES ARGV...` (ARGV: the process's
+# argv after the interpreter). No name of it is left in `__main__` once the script runs.
+SPARE_CODE = r"""
+def _marun_spare():
+    import os, sys
+    fd, modules = int(sys.argv[1]), [m for m in sys.argv[2].split(",") if m]
+    sys.argv[:] = sys.argv[3:]
+    kind = "module" if sys.argv[0] == "-m" else "path"
+    if kind == "module":
+        module = sys.argv.pop(1)
+    if sys.path and sys.path[0] == "":
+        # -c put "" first; a cold start puts the script's directory (-m: the working directory)
+        here = os.path.realpath(sys.argv[0]) if kind == "path" else os.path.join(os.getcwd(), "x")
+        sys.path[0] = os.path.dirname(here)
+    import socket
+    ctl = socket.socket(fileno=fd)
+    try:
+        for name in modules:
+            __import__(name)
+    except BaseException as exc:
+        why = (type(exc).__name__ + ": " + str(exc)).replace("\n", " ")[:300]
+        ctl.sendall(b"F" + why.encode("utf-8", "replace") + b"\n")
+        os._exit(3)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    ctl.sendall(b"R\n")
+
+    def exact(n):
+        data = b""
+        while len(data) < n:
+            more = ctl.recv(n - len(data))
+            if not more:
+                os._exit(0)
+            data += more
+        return data
+
+    try:
+        first, fds, _, _ = socket.recv_fds(ctl, 1, 1)
+        if first != b"P" or not fds:
+            os._exit(0)
+        import marshal
+        start = marshal.loads(exact(int.from_bytes(exact(8), "big")))
+    except OSError:
+        os._exit(0)
+    ctl.close()
+    env = start["env"]
+    for key in [k for k in os.environ if k not in env]:
+        del os.environ[key]
+    for key, value in env.items():
+        if os.environ.get(key) != value:
+            os.environ[key] = value
+    os.chdir(start["cwd"])
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    out = fds[0]
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    if out > 2:
+        os.close(out)
+    argv = start["argv"]
+    del start, env, first, fds
+    g = sys.modules["__main__"].__dict__
+    del g["_marun_spare"]
+    if kind == "module":
+        import runpy
+        sys.argv[:] = ["-m", *argv[3:]]
+        runpy._run_module_as_main(module, True)
+        return
+    sys.argv[:] = argv[1:]
+    path = os.path.abspath(argv[1])
+    with open(path, "rb") as f:
+        code = compile(f.read(), path, "exec", dont_inherit=True)
+    from _frozen_importlib_external import SourceFileLoader
+    g["__loader__"] = SourceFileLoader("__main__", path)
+    g["__file__"] = path
+    g["__cached__"] = None
+    try:
+        exec(code, g)
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException:
+        etype, value, tb = sys.exc_info()
+        tb = tb.tb_next if tb is not None else tb  # the script's frames, as a cold start's
+        value.__traceback__ = tb
+        sys.last_type, sys.last_value, sys.last_traceback = etype, value, tb
+        sys.excepthook(etype, value, tb)
+        raise SystemExit(1) from None
+
+
+_marun_spare()
+"""
+
+
+def spare_argv(argv: tuple[str, ...], fd: int, modules: tuple[str, ...]) -> list[str]:
+    """The spare's command line for a process started as `argv` (a warm_entry shape)."""
+    return [argv[0], "-c", SPARE_CODE, str(fd), ",".join(modules), *argv[1:]]
+
+
+def spare_env(
+    base: Mapping[str, str], planned: Mapping[str, str], round_vars: frozenset[str]
+) -> dict[str, str]:
+    """The spare's environment: what the process gets (`base`, marun's, under its `planned`
+    variables) without the round's own variables."""
+    env = dict(base)
+    env.update(planned)
+    for name in round_vars:
+        env.pop(name, None)
+    return env
+
+
+def start_message(argv: tuple[str, ...], env: Mapping[str, str], cwd: str) -> bytes:
+    """What a promotion sends after the descriptor: a length, then the start (marshal: the
+    spare reads it with no module a cold start would not have)."""
+    payload = marshal.dumps({"argv": list(argv), "env": dict(env), "cwd": cwd})
+    return len(payload).to_bytes(8, "big") + payload
+
+
+def heard_state(heard: bytes) -> tuple[str, str]:
+    """A spare's state from what it said on its control socket: ("ready", ""), ("failed",
+    why) or ("importing", "") while no whole line came."""
+    line, newline, _ = heard.partition(b"\n")
+    if not newline:
+        return "importing", ""
+    if line == READY:
+        return "ready", ""
+    if line.startswith(FAILED):
+        return "failed", line[1:].decode("utf-8", "replace")
+    return "failed", f"said {line[:80]!r}"
+
+
+def describe_end(ending: Ending | None) -> str:
+    if ending is None:
+        return "died while waiting"
+    if ending.signal is not None:
+        return f"died while waiting ({signal_name(ending.signal)})"
+    return f"exited with {ending.code} while waiting"
+
+
+def restorable_priority() -> tuple[int, int] | None:
+    """marun's CPU scheduling policy and priority (what a cold rank inherits), when marun may
+    give a spare it back after SCHED_IDLE (CAP_SYS_NICE, or RLIMIT_NICE allowing nice 0);
+    None: spares wait at normal priority."""
+    if not hasattr(os, "sched_getscheduler") or not hasattr(os, "SCHED_IDLE"):
+        return None
+    try:
+        policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+        if policy == os.SCHED_IDLE:
+            return None  # marun's own is idle already: nothing to lower
+        if not (_has_cap_sys_nice() or _nice_limit() >= 20 - os.getpriority(os.PRIO_PROCESS, 0)):
+            return None
+    except OSError:
+        return None
+    return policy, param.sched_priority
+
+
+def _has_cap_sys_nice() -> bool:
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) >> _CAP_SYS_NICE & 1)
+    return False
+
+
+def _nice_limit() -> int:
+    import resource
+
+    return int(resource.getrlimit(resource.RLIMIT_NICE)[0])
+
+
+@dataclass
+class Spare:
+    index: int
+    popen: subprocess.Popen[bytes]
+    control: socket.socket  # marun's end
+    output: int  # the read end of its stdout/stderr while it waits (non-blocking)
+    idle: bool  # put at SCHED_IDLE: its priority must be given back at promotion
+    heard: bytes = b""
+    ending: Ending | None = None  # reaped
+    closed: bool = False
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.control.close()
+            os.close(self.output)
+
+
+class Spares:
+    """The node's spares, one per process index at most. Used by the supervisor's loop only:
+    `start` (StartSpares), `take` (a round's start), `reaped` (every reap), `drop_all` (the
+    stop, and the end whatever happened)."""
+
+    def __init__(
+        self,
+        modules: tuple[str, ...],
+        round_vars: frozenset[str],
+        emit: Callable[..., None],
+    ) -> None:
+        self.modules = modules
+        self.round_vars = round_vars
+        self._emit = emit
+        self._by_index: dict[int, Spare] = {}
+        self._by_pid: dict[int, Spare] = {}  # until reaped (a promoted one leaves at once)
+        self._priority = restorable_priority()
+
+    def start(self, index: int, spec: ProcessSpec) -> None:
+        """A spare for process `index` unless it has one (still importing, or ready)."""
+        if index in self._by_index or warm_entry(spec.argv) is None:
+            return
+        env = spare_env(os.environ, spec.env, self.round_vars)
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        read_fd, write_fd = os.pipe()
+        try:
+            popen = subprocess.Popen(
+                spare_argv(spec.argv, theirs.fileno(), self.modules),
+                cwd=spec.cwd,
+                env=env,
+                stdout=write_fd,
+                stderr=write_fd,
+                start_new_session=True,
+                pass_fds=(theirs.fileno(),),
+                preexec_fn=DIE_WITH_MARUN,  # noqa: PLW1509 (one prctl call, as spawn's)
+            )
+        except OSError as exc:
+            mine.close()
+            os.close(read_fd)
+            self._emit("spare_not_started", "warning", process=spec.name, error=exc.strerror)
+            return
+        finally:
+            theirs.close()
+            os.close(write_fd)
+        os.set_blocking(read_fd, False)
+        mine.setblocking(False)
+        idle = False
+        if self._priority is not None:
+            with contextlib.suppress(OSError):
+                os.sched_setscheduler(popen.pid, os.SCHED_IDLE, os.sched_param(0))
+                idle = True
+        spare = Spare(index, popen, mine, read_fd, idle)
+        self._by_index[index] = spare
+        self._by_pid[popen.pid] = spare
+        self._emit(
+            "spare_started",
+            process=spec.name,
+            pid=popen.pid,
+            modules=list(self.modules),
+            idle_priority=idle,
+        )
+
+    def take(
+        self, index: int, spec: ProcessSpec, out_fd: int
+    ) -> tuple[subprocess.Popen[bytes] | None, str]:
+        """Process `index` starts as `spec` (the round's) with `out_fd` as stdout and stderr: its
+        spare, promoted, or (None, why it cannot be: "" where it had none)."""
+        spare = self._by_index.get(index)
+        if spare is None:
+            return None, ""
+        state, why = self._state(spare)
+        if state == "importing":
+            # Kept for the round after this one: it goes on importing, at its low priority.
+            return None, f"is still importing {','.join(self.modules)}"
+        del self._by_index[index]
+        if state != "ready":
+            self._discard(spare)
+            return None, why
+        why = self._promote(spare, spec, out_fd)
+        if why:
+            self._discard(spare)
+            return None, why
+        del self._by_pid[spare.popen.pid]
+        spare.close()
+        return spare.popen, ""
+
+    def reaped(self, pid: int, ending: Ending) -> bool:
+        """Whether `pid`, reaped, was a spare (then it is no process of the job)."""
+        spare = self._by_pid.pop(pid, None)
+        if spare is None:
+            return False
+        spare.ending = ending
+        spare.popen.returncode = ending.code if ending.signal is None else -ending.signal
+        if self._by_index.get(spare.index) is spare:
+            self._emit(
+                "spare_exited",
+                "warning",
+                pid=pid,
+                exit_code=ending.code,
+                signal=None if ending.signal is None else signal_name(ending.signal),
+            )
+        return True
+
+    def drop_all(self) -> None:
+        """Kill every spare (they are reaped as the node's other children are)."""
+        for spare in list(self._by_index.values()):
+            self._discard(spare)
+        self._by_index.clear()
+
+    def pids(self) -> list[int]:
+        """The spares not yet reaped."""
+        return sorted(self._by_pid)
+
+    # -- the parts ----------------------------------------------------------------------------
+
+    def _state(self, spare: Spare) -> tuple[str, str]:
+        """("ready" | "importing" | "failed" | "died", why) from what it said and its end."""
+        eof = False
+        while not spare.closed:
+            try:
+                data = spare.control.recv(4096)
+            except BlockingIOError:
+                break
+            except OSError:
+                data = b""
+            if not data:
+                eof = True
+                break
+            spare.heard += data
+        state, why = heard_state(spare.heard)
+        if state == "failed":
+            return state, f"could not import {','.join(self.modules)} ({why})"
+        if state == "ready" and not eof and spare.ending is None:
+            return state, ""
+        if state == "importing" and not eof and spare.ending is None:
+            return state, ""
+        return "died", describe_end(spare.ending)
+
+    def _promote(self, spare: Spare, spec: ProcessSpec, out_fd: int) -> str:
+        """Hand process `spec` over to the ready `spare`: "" when it took it, else why not."""
+        pid = spare.popen.pid
+        if spare.idle and self._priority is not None:
+            policy, priority = self._priority
+            try:
+                for task in os.listdir(f"/proc/{pid}/task"):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.sched_setscheduler(int(task), policy, os.sched_param(priority))
+            except OSError as exc:
+                return f"could not be given its CPU priority back ({exc.strerror})"
+        printed = _read_all(spare.output)  # what the imports printed: the rank's first output
+        if printed:
+            with contextlib.suppress(OSError):
+                write_all(out_fd, printed)
+        env = dict(os.environ)
+        env.update(spec.env)
+        prepare_error_file(spec)
+        try:
+            spare.control.settimeout(SEND_WAIT)
+            socket.send_fds(spare.control, [START], [out_fd])
+            spare.control.sendall(start_message(spec.argv, env, spec.cwd))
+        except OSError as exc:
+            return f"did not take the start ({exc.strerror or type(exc).__name__})"
+        return ""
+
+    def _discard(self, spare: Spare) -> None:
+        spare.close()
+        if spare.ending is None:
+            signal_group(spare.popen.pid, signal.SIGKILL)
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while True:
+        try:
+            data = os.read(fd, 1 << 16)
+        except (BlockingIOError, OSError):
+            break
+        if not data:
+            break
+        chunks.append(data)
+    return b"".join(chunks)
