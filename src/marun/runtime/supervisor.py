@@ -157,6 +157,8 @@ class Supervisor:
                         elif key.data == "job" and st.link is not None:
                             events = st.link.poll()
                             self._carry_out(machine.heard(events, time.monotonic(), time.time()))
+                        elif key.data == "spare" and self._spares is not None:
+                            self._spares.heard(key.fileobj)  # type: ignore[arg-type]
                     self._reap()
                     left = node_stop.round_left(st) if machine.phase is Phase.RESTARTING else ()
                     self._carry_out(machine.tick(time.monotonic(), st.children_left, left))
@@ -307,7 +309,7 @@ class Supervisor:
             from marun.runtime.warm_spare import Spares
 
             round_vars = frozenset((*ROUND_VARS, *st.options.round_ports))
-            self._spares = Spares(st.options.preload, round_vars, st.emit)
+            self._spares = Spares(st.options.preload, round_vars, st.emit, self._sel)
         for index, rec in enumerate(st.records):
             if not rec.spec.daemon:
                 self._spares.start(index, rec.spec)

@@ -28,9 +28,11 @@ from __future__ import annotations
 import contextlib
 import marshal
 import os
+import selectors
 import signal
 import socket
 import subprocess
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -41,6 +43,7 @@ from marun.runtime.reaper import Ending, signal_group
 from marun.runtime.signals import signal_name
 from marun.runtime.spawn import DIE_WITH_MARUN
 
+SPARE = "spare"  # a spare's control socket's data in the supervisor's selector
 SEND_WAIT = 5.0  # seconds a promotion may take to hand over (a spare stopped: a cold start)
 READY, FAILED, START = b"R", b"F", b"P"
 _CAP_SYS_NICE = 23  # <linux/capability.h>
@@ -227,31 +230,31 @@ class Spare:
     control: socket.socket  # marun's end
     output: int  # the read end of its stdout/stderr while it waits (non-blocking)
     idle: bool  # put at SCHED_IDLE: its priority must be given back at promotion
+    name: str = ""  # its process's
+    began: float = 0.0  # monotonic, at its start
     heard: bytes = b""
     ending: Ending | None = None  # reaped
+    watched: bool = True  # its control socket is in the loop's selector until it said its line
     closed: bool = False
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self.control.close()
-            os.close(self.output)
 
 
 class Spares:
     """The node's spares, one per process index at most. Used by the supervisor's loop only:
-    `start` (StartSpares), `take` (a round's start), `reaped` (every reap), `drop_all` (the
-    stop, and the end whatever happened)."""
+    `start` (StartSpares), `heard` (a spare's control socket in the loop's `selector`, its data
+    SPARE, is readable), `take` (a round's start), `reaped` (every reap), `drop_all` (the stop,
+    and the end whatever happened)."""
 
     def __init__(
         self,
         modules: tuple[str, ...],
         round_vars: frozenset[str],
         emit: Callable[..., None],
+        selector: selectors.BaseSelector,
     ) -> None:
         self.modules = modules
         self.round_vars = round_vars
         self._emit = emit
+        self._sel = selector
         self._by_index: dict[int, Spare] = {}
         self._by_pid: dict[int, Spare] = {}  # until reaped (a promoted one leaves at once)
         self._priority = restorable_priority()
@@ -289,7 +292,8 @@ class Spares:
             with contextlib.suppress(OSError):
                 os.sched_setscheduler(popen.pid, os.SCHED_IDLE, os.sched_param(0))
                 idle = True
-        spare = Spare(index, popen, mine, read_fd, idle)
+        spare = Spare(index, popen, mine, read_fd, idle, spec.name, time.monotonic())
+        self._sel.register(mine, selectors.EVENT_READ, SPARE)
         self._by_index[index] = spare
         self._by_pid[popen.pid] = spare
         self._emit(
@@ -299,6 +303,24 @@ class Spares:
             modules=list(self.modules),
             idle_priority=idle,
         )
+
+    def heard(self, control: socket.socket) -> None:
+        """A spare's control socket is readable: its line (ready, or the import failed), or its
+        end. Said once as an event; the socket then leaves the selector."""
+        spare = next((s for s in self._by_index.values() if s.control is control), None)
+        if spare is None:
+            return
+        state, why = self._state(spare)
+        if state == "importing":
+            return
+        self._unwatch(spare)
+        if state == "ready":
+            took = round(time.monotonic() - spare.began, 3)
+            self._emit("spare_ready", process=spare.name, pid=spare.popen.pid, import_seconds=took)
+        else:
+            self._emit(
+                "spare_unusable", "warning", process=spare.name, pid=spare.popen.pid, why=why
+            )
 
     def take(
         self, index: int, spec: ProcessSpec, out_fd: int
@@ -321,7 +343,7 @@ class Spares:
             self._discard(spare)
             return None, why
         del self._by_pid[spare.popen.pid]
-        spare.close()
+        self._close(spare)
         return spare.popen, ""
 
     def reaped(self, pid: int, ending: Ending) -> bool:
@@ -335,6 +357,7 @@ class Spares:
             self._emit(
                 "spare_exited",
                 "warning",
+                process=spare.name,
                 pid=pid,
                 exit_code=ending.code,
                 signal=None if ending.signal is None else signal_name(ending.signal),
@@ -402,8 +425,21 @@ class Spares:
             return f"did not take the start ({exc.strerror or type(exc).__name__})"
         return ""
 
+    def _unwatch(self, spare: Spare) -> None:
+        if spare.watched:
+            spare.watched = False
+            with contextlib.suppress(KeyError, ValueError):
+                self._sel.unregister(spare.control)
+
+    def _close(self, spare: Spare) -> None:
+        if not spare.closed:
+            self._unwatch(spare)
+            spare.closed = True
+            spare.control.close()
+            os.close(spare.output)
+
     def _discard(self, spare: Spare) -> None:
-        spare.close()
+        self._close(spare)
         if spare.ending is None:
             signal_group(spare.popen.pid, signal.SIGKILL)
 
