@@ -5,7 +5,8 @@ At start it loads the newest complete checkpoint in --ckpt-dir (rank 0 writes on
 step, atomically, then every rank passes a barrier, so no rank reaches step s+1 before the
 checkpoint of step s is on disk) and goes on from the step after it. `--crash-rank R
 --crash-step S` makes rank R exit 1 at the start of step S in round 0 only (MARUN_RESTART_COUNT
-is "0"), as a fault would. Every rank prints what marun gave it, each step's mean loss over the
+is "0"), as a fault would (`--crash-when FILE`: once FILE exists, at most 2 minutes later).
+Every rank prints what marun gave it, each step's mean loss over the
 ranks and, at the end, the last step's mean loss and a checksum of the weights. The model, data
 and initial weights are tests/scripts/resume_math.py's, in float64.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import time
 from pathlib import Path
 
 import resume_math as rm
@@ -35,6 +37,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--crash-rank", type=int, default=-1)
     parser.add_argument("--crash-step", type=int, default=-1)
+    # The crash waits for this file (bounded): a test lets it come once marun's spares are ready.
+    parser.add_argument("--crash-when", type=Path, default=None)
     args, _ = parser.parse_known_args()
 
     round_ = os.environ.get("MARUN_RESTART_COUNT")
@@ -74,6 +78,10 @@ def main() -> None:
     loss_value = float("nan")
     for step in range(start, args.steps):
         if round_ == "0" and rank == args.crash_rank and step == args.crash_step:
+            waited = 0
+            while args.crash_when is not None and not args.crash_when.exists() and waited < 1200:
+                time.sleep(0.1)
+                waited += 1
             print(f"rank {rank} crashes at step {step}", flush=True)
             os._exit(1)
         xs, ts = rm.batch(rank, step)
