@@ -163,6 +163,8 @@ def render_table(plan: LaunchPlan, brief_after: int | None = None, full_env: boo
         parts.append(f"recovery_wait {watching['recovery_wait']:g}s")
     if watching["max_restarts"]:
         parts.append(_rounds(watching))
+    if watching.get("preload"):
+        parts.append(f"preload {','.join(watching['preload'])} (a spare per process: see note)")
     parts.append(f"console_ranks {','.join(watching['console_ranks'])}")
     parts.append(_how_marun_runs(plan))
     out.append("supervision: " + "   ".join(parts))

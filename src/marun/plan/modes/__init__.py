@@ -168,7 +168,7 @@ def _preload_note(plan: LaunchPlan, python: str, modules: tuple[str, ...]) -> st
 
 
 # What one spare costs while it waits (docs/warm-restarts.md, measured there).
-PRELOAD_COST = "about 0.3 GB RSS each with torch 2 (CPU) imported"
+PRELOAD_COST = "about 0.22 GB RSS each with torch 2.13 (CPU), 0.15 GB of it its own"
 
 
 def _console_notes(plan: LaunchPlan, watching: Supervision, all_nodes: bool) -> tuple[str, ...]:
