@@ -13,7 +13,12 @@ falls on each alike:
 - torchrun, c10d rendezvous, its defaults;
 - torchrun, the same with `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` (each round's workers get a
   store of their own, not the agent's shared one; pytorch#135712);
-- marun (`marun run --max-restarts N`, job-wide restart rounds).
+- marun (`marun run --max-restarts N`, job-wide restart rounds);
+- marun-warm: the same with `--preload torch` (docs/warm-restarts.md): each round's ranks start
+  in spare interpreters that imported torch while the round before ran. A spare that is not
+  ready when its round starts means a cold start (counted: "cold starts" below); give the
+  spares time with `--min-uptime` (every launcher's rounds then last that long before their
+  crash, alike).
 
 Each rank writes its start time first thing (before `import torch`) and the time its first
 all-reduce returned; the crashing rank writes the crash time just before `os._exit`. Per crash:
@@ -32,7 +37,8 @@ minutes per launcher, more for a launcher that times out. Not in run_all.py (min
 torch venv). marun's guard against restart loops is lowered for the bench
 (`MARUN_QUICK_FAILURE=1`): every injected crash comes within seconds of its round's start.
 
-    python bench/restart.py [--crashes 20] [--chunk 5] [--launchers torchrun,torchrun-noshare,marun]
+    python bench/restart.py [--crashes 20] [--chunk 5] [--min-uptime 0]
+                            [--launchers torchrun,torchrun-noshare,marun,marun-warm]
 """
 
 from __future__ import annotations
@@ -61,7 +67,7 @@ from marun.sim.simulate import free_port
 NODES, PER_NODE = 3, 2
 WORLD = NODES * PER_NODE
 TAG_VAR = "MARUN_BENCH_RESTART_TAG"  # not a marun setting: marks every process of a run
-LAUNCHERS = ("torchrun", "torchrun-noshare", "marun")
+LAUNCHERS = ("torchrun", "torchrun-noshare", "marun", "marun-warm")
 # Restarts a job gets beyond its crashes: a launcher whose restart fails on its own (torchrun's
 # "address already in use" of a fresh store port) may try again, within --timeout.
 SLACK = 2
@@ -98,6 +104,8 @@ while True:
     if step == 0:
         record("first_allreduce", time.time())
     if crash is not None and crash == [rank, step]:
+        while time.time() - t_start < float(schedule.get("min_uptime", 0)):
+            time.sleep(0.02)
         tmp = os.path.join(d, f"crash.{k}.tmp")
         with open(tmp, "w") as f:
             json.dump({"t": time.time(), "rank": rank, "step": step, "job": job}, f)
@@ -234,7 +242,8 @@ class Run:
                 # the schedule at its second crash. torchrun has no such guard.
                 "MARUN_QUICK_FAILURE": "1",
             }
-            argv = [str(self.torch_py), "-m", "marun", "run", "--max-restarts", str(budget),
+            warm = ["--preload", "torch"] if self.launcher == "marun-warm" else []
+            argv = [str(self.torch_py), "-m", "marun", "run", "--max-restarts", str(budget), *warm,
                     "--log-dir", str(self.root / "logs" / f"{job}.node{node}.marun"),
                     "--", "rank.py", str(self.root),
                     "--init_method", f"tcp://127.0.0.1:{master}",
@@ -390,9 +399,11 @@ def seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} s"
 
 
-def schedule_for(crashes: int, seed: int, timeout: float) -> dict[str, object]:
+def schedule_for(crashes: int, seed: int, timeout: float, min_uptime: float = 0.0
+                 ) -> dict[str, object]:  # fmt: skip
     rng = random.Random(seed)
     return {
+        "min_uptime": min_uptime,  # a crash waits until its rank has run this long
         "crashes": [[rng.randrange(WORLD), rng.randint(1, 8)] for _ in range(crashes)],
         "step_seconds": 0.1,
         "final_steps": 3,
@@ -401,15 +412,15 @@ def schedule_for(crashes: int, seed: int, timeout: float) -> dict[str, object]:
 
 
 def run_launchers(launchers: Sequence[str], crashes: int, chunk: int, seed: int, timeout: float,
-                  give_up: int, keep: Path | None,
-                  say: Callable[[str], None]) -> list[Outcome]:  # fmt: skip
+                  give_up: int, keep: Path | None, say: Callable[[str], None],
+                  min_uptime: float = 0.0) -> list[Outcome]:  # fmt: skip
     """Every launcher in turn, `chunk` crashes at a time (a fresh job each), so that the load
     of a shared machine changing during the run falls on every launcher alike."""
     venvs = Path(os.environ.get("MARUN_VENVS", REPO / ".cache" / "venvs"))
     torch_py = venvs / "torch" / "bin" / "python"
     if not torch_py.exists():
         raise SystemExit(f"no torch venv at {torch_py}: run scripts/frameworks.sh torch")
-    schedule = schedule_for(crashes, seed, timeout)
+    schedule = schedule_for(crashes, seed, timeout, min_uptime)
     with tempfile.TemporaryDirectory(prefix="marun-restart-bench-") as tmp:
         base = keep or Path(tmp)
         runs = [Run(name, base / name, schedule, torch_py, timeout, give_up) for name in launchers]
@@ -425,6 +436,11 @@ def run_launchers(launchers: Sequence[str], crashes: int, chunk: int, seed: int,
                 finally:
                     run.kill_job()
         outcomes = [run.measure() for run in runs]
+        for run in runs:  # warm: the ranks that started cold (a spare not ready, or lost)
+            if run.launcher == "marun-warm":
+                logs = (p.read_text(errors="replace") for p in (run.root / "logs").glob("*.txt"))
+                cold = sum(text.count(" starts cold: ") for text in logs)
+                run.outcome.notes.append(f"cold starts (of {WORLD} per round): {cold}")
     for outcome in outcomes:
         say(f"{outcome.launcher}: {len(outcome.recovered)}/{len(outcome.crashes)} recovered, "
             f"{outcome.jobs} job(s), {outcome.seconds:.0f}s")  # fmt: skip
@@ -455,34 +471,41 @@ def table(outcomes: Sequence[Outcome]) -> list[str]:
 
 
 def ratio_rows(outcomes: Sequence[Outcome]) -> list[Row]:
-    """marun's figures against each torchrun variant of the run (or alone when none ran)."""
+    """marun's figures (cold, and warm) against each torchrun variant of the run, and warm
+    against cold (or alone when no baseline ran)."""
     by = {o.launcher: o for o in outcomes}
-    marun = by.get("marun")
     rows: list[Row] = []
-    if marun is None or not marun.recovered:
-        return rows
-    others: list[Outcome | None] = [o for o in outcomes if o.launcher != "marun"] or [None]
-    for figure in ("running", "first"):
-        label = "all running" if figure == "running" else "first all-reduce"
-        for q in (50, 95):
-            mine = pct([getattr(c, figure) for c in marun.recovered], q)
-            for other in others:
-                base, ratio = "-", "-"
-                if other is not None and not other.recovered:
-                    base = f"none recovered ({other.launcher})"
-                elif other is not None:
-                    theirs = pct([getattr(c, figure) for c in other.recovered], q)
-                    base, ratio = f"{theirs:.2f} s ({other.launcher})", f"{mine / theirs:.2f}"
-                goal, met = "-", None
-                if figure == "running" and q == 95:
-                    goal, met = "<= 1.5 s", mine <= 1.5
-                elif figure == "first" and other is not None and other.recovered:
-                    goal, met = "< torchrun", ratio != "-" and float(ratio) < 1
-                rows.append(Row("restart", f"{label} p{q}", f"{mine:.2f} s", base, ratio,
-                                goal, met))  # fmt: skip
-    total = len(marun.crashes) or 1
-    rows.append(Row("restart", "marun recovered", f"{len(marun.recovered)}/{total}", "-", "-",
-                    "all", len(marun.recovered) == total))  # fmt: skip
+    for name in ("marun", "marun-warm"):
+        mine_o = by.get(name)
+        if mine_o is None or not mine_o.recovered:
+            continue
+        others: list[Outcome | None] = [
+            o for o in outcomes if o.launcher.startswith("torchrun")
+            or (name == "marun-warm" and o.launcher == "marun")
+        ] or [None]  # fmt: skip
+        for figure in ("running", "first"):
+            label = "all running" if figure == "running" else "first all-reduce"
+            for q in (50, 95):
+                mine = pct([getattr(c, figure) for c in mine_o.recovered], q)
+                for other in others:
+                    base, ratio = "-", "-"
+                    if other is not None and not other.recovered:
+                        base = f"none recovered ({other.launcher})"
+                    elif other is not None:
+                        theirs = pct([getattr(c, figure) for c in other.recovered], q)
+                        base, ratio = f"{theirs:.2f} s ({other.launcher})", f"{mine / theirs:.2f}"
+                    goal, met = "-", None
+                    if figure == "running" and q == 95:
+                        goal, met = "<= 1.5 s", mine <= 1.5
+                    elif figure == "first" and ratio != "-" and name == "marun-warm":
+                        goal, met = "<= 0.5x", float(ratio) <= 0.5
+                    elif figure == "first" and ratio != "-":
+                        goal, met = "< torchrun", float(ratio) < 1
+                    rows.append(Row("restart", f"{name} {label} p{q}", f"{mine:.2f} s", base,
+                                    ratio, goal, met))  # fmt: skip
+        total = len(mine_o.crashes) or 1
+        rows.append(Row("restart", f"{name} recovered", f"{len(mine_o.recovered)}/{total}", "-",
+                        "-", "all", len(mine_o.recovered) == total))  # fmt: skip
     return rows
 
 
@@ -501,6 +524,9 @@ def main() -> None:
         default=30.0,
         help="seconds a crash may take to recover (else: not recovered)",
     )
+    parser.add_argument("--min-uptime", type=float, default=0.0,
+                        help="seconds every round runs before its crash (marun-warm's spares "
+                        "import meanwhile; the same for every launcher)")  # fmt: skip
     parser.add_argument("--give-up", type=int, default=3,
                         help="stop a launcher after this many crashes in a row not recovered "
                         "(each costs --timeout or a fresh job; 0: never)")  # fmt: skip
@@ -515,7 +541,7 @@ def main() -> None:
           f"{args.crashes} crashes (seed {args.seed}), {load_note()}", flush=True)  # fmt: skip
     outcomes = run_launchers(launchers, args.crashes, max(1, args.chunk), args.seed,
                              args.timeout, args.give_up, args.keep,
-                             lambda line: print(line, flush=True))  # fmt: skip
+                             lambda line: print(line, flush=True), args.min_uptime)  # fmt: skip
     print()
     for line in table(outcomes):
         print(line)
