@@ -76,21 +76,21 @@ def _marun_spare():
     del start, env, first, fds
     g = sys.modules["__main__"].__dict__
     del g["_marun_spare"]
-    if kind == "module":
-        import runpy
-        sys.argv[:] = ["-m", *argv[3:]]
-        runpy._run_module_as_main(module, True)
-        return
-    sys.argv[:] = argv[1:]
-    path = os.path.abspath(argv[1])
-    with open(path, "rb") as f:
-        code = compile(f.read(), path, "exec", dont_inherit=True)
-    from _frozen_importlib_external import SourceFileLoader
-    g["__loader__"] = SourceFileLoader("__main__", path)
-    g["__file__"] = path
-    g["__cached__"] = None
     try:
-        exec(code, g)
+        if kind == "module":
+            import runpy
+            sys.argv[:] = ["-m", *argv[3:]]
+            runpy._run_module_as_main(module, True)
+        else:
+            sys.argv[:] = argv[1:]
+            path = os.path.abspath(argv[1])
+            from _frozen_importlib_external import SourceFileLoader
+            g["__loader__"] = SourceFileLoader("__main__", path)
+            g["__file__"] = path
+            g["__cached__"] = None
+            with open(path, "rb") as f:
+                code = compile(f.read(), path, "exec", dont_inherit=True)
+            exec(code, g)
     except (SystemExit, KeyboardInterrupt):
         raise
     except BaseException:

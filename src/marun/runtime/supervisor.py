@@ -304,6 +304,8 @@ class Supervisor:
         """preload: a spare interpreter for each of the round's processes (marun.runtime
         .warm_spare), imported here only when preload is on."""
         st = self.state
+        if self.machine.phase is not Phase.RUNNING:
+            return  # the round's start is over already (a stop came): no spare to outlive it
         if self._spares is None:
             from marun.plan.launch_plan import ROUND_VARS
             from marun.runtime.warm_spare import Spares
