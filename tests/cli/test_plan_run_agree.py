@@ -63,6 +63,8 @@ CASES = [
     Given("recovery_restarts", "env", "1.5", "3"),
     Given("fatal_exit_codes", "yaml", "[0]", "[3]"),
     Given("quick_failure", "env", "-1", "0"),
+    Given("preload", "env", "torch", ""),  # no restart rounds to serve
+    Given("preload", "yaml", "[a-b]", "[]"),
     Given("recovery_wait", "cli", "inf", "1"),
     Given("recovery_wait", "yaml", ".nan", "1", "mindspore"),
     Given("console_ranks", "cli", "3-1", "0,scheduler"),

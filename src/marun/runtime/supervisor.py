@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 
 from marun.errors import bad_value
 from marun.exit_codes import cannot_start_exit
-from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
+from marun.plan.launch_plan import LaunchPlan, NodePlan
 from marun.runtime import early_signals, node_report, node_stop
 from marun.runtime.direct_log import DirectLogs
 from marun.runtime.node_actions import (
@@ -311,7 +311,7 @@ class Supervisor:
             from marun.runtime.warm_spare import Spares
 
             round_vars = frozenset((*ROUND_VARS, *st.options.round_ports))
-            self._spares = Spares(st.options.preload, round_vars, st.emit, self._sel)
+            self._spares = Spares(st.options.preload, round_vars, st, self._sel)
         for index, rec in enumerate(st.records):
             if not rec.spec.daemon:
                 self._spares.start(index, rec.spec)
@@ -382,9 +382,7 @@ class Supervisor:
         line where it has one that cannot be), and whether it was a spare."""
         spec = self.machine.spec_of_round(self.state.records[index].spec)
         if warm and self._spares is not None:
-            popen, why = self._spares.take(index, spec, out_fd)
-            if why:
-                self.state.say(f"marun: {_who(spec)} starts cold: its spare {why}\n")
+            popen = self._spares.take(index, spec, out_fd)  # (it says why where it cannot)
             if popen is not None:
                 return popen, True
         return spawn(spec, out_fd), False
@@ -431,10 +429,6 @@ class Supervisor:
         if not st.subreaper and not st.running:
             # Without adoption, orphans are not ours to wait for: the planned ones are all.
             st.children_left = False
-
-
-def _who(spec: ProcessSpec) -> str:
-    return spec.name if spec.rank is None else f"rank {spec.rank}"
 
 
 def _prepare(records: list[ProcessRecord]) -> list[int]:

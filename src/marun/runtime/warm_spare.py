@@ -33,8 +33,9 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from marun._files import write_all
 from marun.plan.launch_plan import ProcessSpec, warm_entry
@@ -121,6 +122,14 @@ def _nice_limit() -> int:
     return int(resource.getrlimit(resource.RLIMIT_NICE)[0])
 
 
+class Voice(Protocol):
+    """Where a spare's news goes (the supervisor's NodeState): marun's events, stderr."""
+
+    def emit(self, event: str, level: str = "info", **fields: object) -> None: ...
+
+    def say(self, text: str) -> None: ...
+
+
 @dataclass
 class Spare:
     index: int
@@ -146,12 +155,13 @@ class Spares:
         self,
         modules: tuple[str, ...],
         round_vars: frozenset[str],
-        emit: Callable[..., None],
+        voice: Voice,
         selector: selectors.BaseSelector,
     ) -> None:
         self.modules = modules
         self.round_vars = round_vars
-        self._emit = emit
+        self._emit = voice.emit
+        self._say = voice.say
         self._sel = selector
         self._by_index: dict[int, Spare] = {}
         self._by_pid: dict[int, Spare] = {}  # until reaped (a promoted one leaves at once)
@@ -220,11 +230,18 @@ class Spares:
                 "spare_unusable", "warning", process=spare.name, pid=spare.popen.pid, why=why
             )
 
-    def take(
+    def take(self, index: int, spec: ProcessSpec, out_fd: int) -> subprocess.Popen[bytes] | None:
+        """Process `index` starts as `spec` (the round's) with `out_fd` as stdout and stderr: its
+        spare, promoted, or None (a cold start; one line says why where it had a spare)."""
+        popen, why = self._take(index, spec, out_fd)
+        if why:
+            who = spec.name if spec.rank is None else f"rank {spec.rank}"
+            self._say(f"marun: {who} starts cold: its spare {why}\n")
+        return popen
+
+    def _take(
         self, index: int, spec: ProcessSpec, out_fd: int
     ) -> tuple[subprocess.Popen[bytes] | None, str]:
-        """Process `index` starts as `spec` (the round's) with `out_fd` as stdout and stderr: its
-        spare, promoted, or (None, why it cannot be: "" where it had none)."""
         spare = self._by_index.get(index)
         if spare is None:
             return None, ""
