@@ -5,7 +5,7 @@ spares wait (nothing left).
 
 The jobs are `marun run --standalone --nproc-per-node 2 --max-restarts 1`: round 0 waits for
 the test's `go` file, then rank 1 exits 1; round 1 runs and ends 0. A spare's readiness is
-read from marun's events (`spare_ready`), so every step waits for a fact, never for a time.
+read from marun's events (`warm_spare_ready`), so every step waits for a fact, never for a time.
 """
 
 from __future__ import annotations
@@ -111,12 +111,12 @@ def _seen(work: Path, rank: int, rnd: int) -> dict[str, Any]:
 
 
 def _job(work: Path, port: int, *options: str, entry: str = "path", spares: int = 0) -> int:
-    """One job: round 0 up, `spares` spare_ready events, then `go` (rank 1 fails)."""
+    """One job: round 0 up, `spares` warm_spare_ready events, then `go` (rank 1 fails)."""
     marun = _start(work, port, *options, entry=entry)
     try:
         wait_until(lambda: (work / "seen.1.0.json").exists() and (work / "seen.0.0.json").exists(),
                    "round 0", 60)  # fmt: skip
-        wait_until(lambda: len(_events(work, "spare_ready")) >= spares, "the spares", 60)
+        wait_until(lambda: len(_events(work, "warm_spare_ready")) >= spares, "the spares", 60)
         (work / "go").write_text("")
     except BaseException:
         marun.kill()
@@ -164,7 +164,7 @@ def test_a_warm_start_sees_what_a_cold_start_of_the_round_sees(tmp_path: Path, e
 
 
 def _spare_pids(work: Path) -> list[int]:
-    return [int(e["pid"]) for e in _events(work, "spare_started")]
+    return [int(e["pid"]) for e in _events(work, "warm_spare_started")]
 
 
 def test_a_spare_that_died_while_waiting_means_a_cold_start(tmp_path: Path) -> None:
@@ -172,10 +172,10 @@ def test_a_spare_that_died_while_waiting_means_a_cold_start(tmp_path: Path) -> N
     _setup(work)
     marun = _start(work, free_port(), "--preload", "probe_mod")
     try:
-        wait_until(lambda: len(_events(work, "spare_ready")) >= 2, "the spares", 60)
-        first = next(e for e in _events(work, "spare_started") if e["process"] == "rank0")
+        wait_until(lambda: len(_events(work, "warm_spare_ready")) >= 2, "the spares", 60)
+        first = next(e for e in _events(work, "warm_spare_started") if e["process"] == "rank0")
         os.kill(int(first["pid"]), signal.SIGKILL)
-        wait_until(lambda: _events(work, "spare_exited"), "the spare's end")
+        wait_until(lambda: _events(work, "warm_spare_exited"), "the spare's end")
         (work / "go").write_text("")
     except BaseException:
         marun.kill()
@@ -194,7 +194,8 @@ def test_a_spare_whose_import_failed_means_a_cold_start(tmp_path: Path) -> None:
     _setup(work)
     marun = _start(work, free_port(), "--preload", "probe_mod,no_such_module_here")
     try:
-        wait_until(lambda: len(_events(work, "spare_unusable")) >= 2, "the spares' failure", 60)
+        failed = lambda: len(_events(work, "warm_spare_unusable")) >= 2  # noqa: E731
+        wait_until(failed, "the spares' failure", 60)
         (work / "go").write_text("")
     except BaseException:
         marun.kill()
@@ -220,7 +221,7 @@ def test_a_spare_not_ready_when_its_round_starts_means_a_cold_start(tmp_path: Pa
     )
     marun = _start(work, free_port(), "--preload", "slow_mod")
     try:
-        wait_until(lambda: len(_events(work, "spare_started")) >= 2, "the spares", 60)
+        wait_until(lambda: len(_events(work, "warm_spare_started")) >= 2, "the spares", 60)
         (work / "go").write_text("")
     except BaseException:
         marun.kill()
@@ -239,7 +240,7 @@ def test_a_stop_signal_while_spares_wait_kills_them_and_marun_exits_143(tmp_path
     _setup(work)
     marun = _start(work, free_port(), "--preload", "probe_mod")
     try:
-        wait_until(lambda: len(_events(work, "spare_ready")) >= 2, "the spares", 60)
+        wait_until(lambda: len(_events(work, "warm_spare_ready")) >= 2, "the spares", 60)
         spares = _spare_pids(work)
         ranks = [int(e["pid"]) for e in _events(work, "process_started")]
         assert len(spares) == 2 and all(alive(pid) for pid in spares)

@@ -3,7 +3,7 @@
 spares have imported torch; round 1's ranks start in the spares (no import), resume from rank
 0's checkpoint of step 4, and the job ends 0 with the losses of a run that never crashed.
 
-The crash waits for the spares (marun's `spare_ready` events, tests/scripts/torch_resume.py's
+The crash waits for the spares (marun's `warm_spare_ready` events, tests/scripts/torch_resume.py's
 --crash-when file): what is checked is where round 1 ran, never how fast.
 """
 
@@ -41,7 +41,7 @@ def test_pytorch_resumes_from_its_checkpoint_through_warm_spares(tmp_path: Path)
         marun = subprocess.Popen(argv, cwd=tmp_path, env=clean_env(), stdout=out, stderr=err)
     try:
         deadline = time.monotonic() + DEADLINE
-        while not (events.exists() and events.read_text().count(" spare_ready ") >= 2):
+        while not (events.exists() and events.read_text().count(" warm_spare_ready ") >= 2):
             assert marun.poll() is None, (tmp_path / "stderr").read_text()
             assert time.monotonic() < deadline, "the spares never became ready"
             time.sleep(0.1)

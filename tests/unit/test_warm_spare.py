@@ -15,7 +15,7 @@ from conftest import run_marun
 from marun.errors import InputError
 from marun.inputs.settings import load_settings
 from marun.plan.launch_plan import ROUND_VARS, Supervision, warm_entry
-from marun.runtime.node_actions import StartSpares, after_round_started
+from marun.runtime.node_actions import StartWarmSpares, after_round_started
 from marun.runtime.reaper import Ending
 from marun.runtime.spare_program import spare_argv
 from marun.runtime.warm_spare import describe_end, heard_state, spare_env, start_message
@@ -142,7 +142,7 @@ def test_what_a_spare_said() -> None:
 
 def test_spares_start_after_a_round_while_another_round_may_come() -> None:
     options = Supervision(max_restarts=2, preload=("torch",))
-    assert after_round_started(options, 0) == [StartSpares()]
-    assert after_round_started(options, 1) == [StartSpares()]
+    assert after_round_started(options, 0) == [StartWarmSpares()]
+    assert after_round_started(options, 1) == [StartWarmSpares()]
     assert after_round_started(options, 2) == []  # the last round: no spare would be used
     assert after_round_started(Supervision(max_restarts=2), 0) == []

@@ -29,7 +29,7 @@ class Restart:
 
 
 @dataclass(frozen=True)
-class StartSpares:
+class StartWarmSpares:
     """`preload`: the round's processes are started; start a spare interpreter for each
     restarted process that has none (marun.runtime.warm_spare), for the next round. (The
     node's stop, SignalAll, kills every spare: none is a process of the job.)"""
@@ -134,7 +134,7 @@ class Say:
 NodeAction = Union[
     StartRound,
     Restart,
-    StartSpares,
+    StartWarmSpares,
     SignalAll,
     SignalRound,
     SignalOrphans,
@@ -155,4 +155,4 @@ NodeAction = Union[
 def after_round_started(options: Supervision, round_: int) -> list[NodeAction]:
     """What follows round `round_`'s processes all started, beside what the node's machine
     says: with `preload`, spares for the next round while one may come (max_restarts)."""
-    return [StartSpares()] if options.preload and round_ < options.max_restarts else []
+    return [StartWarmSpares()] if options.preload and round_ < options.max_restarts else []

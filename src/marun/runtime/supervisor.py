@@ -59,7 +59,7 @@ from marun.runtime.node_actions import (
     SignalOrphans,
     SignalRound,
     StartRound,
-    StartSpares,
+    StartWarmSpares,
     TakeTail,
     after_round_started,
 )
@@ -198,7 +198,7 @@ class Supervisor:
                 rec.tail.clear()
                 end_the_line(st.log_fds[action.index])
                 more = self._start(action.index) or []
-            elif isinstance(action, StartSpares):
+            elif isinstance(action, StartWarmSpares):
                 self._start_spares()
             elif isinstance(action, SignalAll):
                 if self._spares is not None:  # the node stops: spares first, all of them

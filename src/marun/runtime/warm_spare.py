@@ -147,7 +147,7 @@ class Spare:
 
 class Spares:
     """The node's spares, one per process index at most. Used by the supervisor's loop only:
-    `start` (StartSpares), `heard` (a spare's control socket in the loop's `selector`, its data
+    `start` (StartWarmSpares), `heard` (a spare's control socket in the loop's `selector`, its data
     SPARE, is readable), `take` (a round's start), `reaped` (every reap), `drop_all` (the stop,
     and the end whatever happened)."""
 
@@ -188,7 +188,7 @@ class Spares:
         except OSError as exc:
             mine.close()
             os.close(read_fd)
-            self._emit("spare_not_started", "warning", process=spec.name, error=exc.strerror)
+            self._emit("warm_spare_not_started", "warning", process=spec.name, error=exc.strerror)
             return
         finally:
             theirs.close()
@@ -205,7 +205,7 @@ class Spares:
         self._by_index[index] = spare
         self._by_pid[popen.pid] = spare
         self._emit(
-            "spare_started",
+            "warm_spare_started",
             process=spec.name,
             pid=popen.pid,
             modules=list(self.modules),
@@ -224,10 +224,11 @@ class Spares:
         self._unwatch(spare)
         if state == "ready":
             took = round(time.monotonic() - spare.began, 3)
-            self._emit("spare_ready", process=spare.name, pid=spare.popen.pid, import_seconds=took)
+            pid = spare.popen.pid
+            self._emit("warm_spare_ready", process=spare.name, pid=pid, import_seconds=took)
         else:
             self._emit(
-                "spare_unusable", "warning", process=spare.name, pid=spare.popen.pid, why=why
+                "warm_spare_unusable", "warning", process=spare.name, pid=spare.popen.pid, why=why
             )
 
     def take(self, index: int, spec: ProcessSpec, out_fd: int) -> subprocess.Popen[bytes] | None:
@@ -270,7 +271,7 @@ class Spares:
         spare.popen.returncode = ending.code if ending.signal is None else -ending.signal
         if self._by_index.get(spare.index) is spare:
             self._emit(
-                "spare_exited",
+                "warm_spare_exited",
                 "warning",
                 process=spare.name,
                 pid=pid,
