@@ -115,8 +115,14 @@ def platform_and_plan(
 
 
 def open_link(plan: LaunchPlan, platform: Platform | None = None) -> JobLink:
-    """This node's link to the job's others (marun.job), opened only for a coordinated plan;
-    `platform` (what this node was given) brings its preflight setting."""
+    """This node's link to its job (marun.job): to node 0's coordinator for a coordinated plan,
+    else the job of this node alone, in this process (marun.job.local_job); `platform` (what
+    this node was given) brings its preflight setting."""
+    coord = plan.coordination
+    if coord is None:
+        from marun.job.local_job import LocalJob  # (nothing of the wire: no socket, no thread)
+
+        return LocalJob(plan, _job_log)
     import contextlib
 
     from marun._files import private_dir
@@ -124,8 +130,6 @@ def open_link(plan: LaunchPlan, platform: Platform | None = None) -> JobLink:
     from marun.job.link import open_link as open_job_link
     from marun.log import get_logger, log_to_file
 
-    coord = plan.coordination
-    assert coord is not None
     # The coordination's events (node_arrived, job_start, ...) go to this node's events file
     # from the start, as the supervisor's do (marun.log).
     node = plan.nodes[0]
@@ -145,6 +149,14 @@ def open_link(plan: LaunchPlan, platform: Platform | None = None) -> JobLink:
         ) from None
     joined: JobLink = link
     return joined
+
+
+def _job_log(event: str, level: str = "info", **fields: object) -> None:
+    """A job of one node's events, into the node's events file: marun.log is imported by then
+    (the job speaks only after the node's processes started)."""
+    from marun.log import get_logger
+
+    getattr(get_logger("marun.job"), level)(event, **fields)
 
 
 def run_node(

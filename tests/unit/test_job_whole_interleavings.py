@@ -134,7 +134,7 @@ class Marun:
         ]
         self.record = JobRecord("pytorch", index, f"h{index}", records)
         options = Supervision(grace_period=GRACE, max_restarts=budget)
-        self.node = NodeMachine(self.record, options, coordinated=True, now=now)
+        self.node = NodeMachine(self.record, options, now=now)
         self.alive: set[int] = set()  # records whose process runs
         self.exits: list[tuple[int, Ending]] = []  # ended, not yet reaped
         self.stubborn = False  # its ranks ignore the stop signal (SIGKILL ends them)

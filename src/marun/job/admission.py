@@ -101,6 +101,8 @@ def _nodes_up(job: JobState) -> None:
     of the job, the last, and any other after ANNOUNCE_GAP without one (a line per node of
     1,024 says nothing more)."""
     up, nodes = job.members.complete, job.coord.nodes
+    if nodes == 1:
+        return  # (a job of one node: nothing to count)
     step = max(1, nodes // 10)
     last = job.announced_at
     if up == nodes or up % step == 0 or last is None or job.now - last >= ANNOUNCE_GAP:

@@ -55,8 +55,13 @@ class JobState:
         now: float,
         wall: float,
         preflight: str = "off",
+        fail_fast: bool = True,
     ) -> None:
         self.coord = coord
+        # off: a failure no round follows does not stop the job; its nodes end on their own and
+        # the first failure's code is the job's (a simulator's outer job of `marun run`s, which
+        # stop one another as one job: marun.sim.shared.outer_supervision)
+        self.fail_fast = fail_fast
         self.instance = instance  # the coordinator's: a restarted node 0 has another
         self.members = Roster(coord.slots)
         self.bound: dict[Any, Key] = {}  # connection -> the member its hello was taken for

@@ -53,8 +53,11 @@ class JobMachine:
         now: float,
         wall: float,
         preflight: str = "off",
+        fail_fast: bool = True,
     ) -> None:
-        self.job = JobState(coord, instance, rule, dict(ports or {}), now, wall, preflight)
+        self.job = JobState(
+            coord, instance, rule, dict(ports or {}), now, wall, preflight, fail_fast
+        )
 
     def _clock(self, now: float, wall: float) -> None:
         self.job.now, self.job.wall = now, wall
@@ -210,6 +213,14 @@ class JobMachine:
             # A node's marun was told to stop (its pod deleted, a user's ^C): the job ends with
             # 128+N in every phase, a round's barrier included; it never starts a round, and no
             # round waits for the signalled node (docs/supervision.md, "Signals").
+            if len(job.members) == job.expected and all(
+                m.daemons_only for m in job.members.values()
+            ):
+                # A job of daemons alone (a lone TF parameter server, or sshd) has no end of its
+                # own: a stop signal is how it ends, with 0.
+                job.stop_daemons()
+                job.exit_code = 0
+                return
             job.stop(failure.code, failure)
             return
         if job.stopped is not None or job.phase is JobPhase.RESTARTING:
@@ -217,8 +228,12 @@ class JobMachine:
         if round_ is not None and round_ != job.round:
             return  # said in a round that is over
         unrestarted = round_barrier.restart(job, failure.code, failure, uptime)
-        if unrestarted is not None:
+        if unrestarted is None:
+            return
+        if job.fail_fast:
             job.stop(failure.code, unrestarted)
+        elif job.first_failure is None:
+            job.first_failure, job.exit_code = unrestarted, failure.code
 
     def _find_lost(self) -> None:
         job = self.job
@@ -303,7 +318,9 @@ class JobMachine:
             return
         pending = [m for m in job.members.values() if m.ended is None]
         if pending and job.stopped is None:
-            if all(m.daemons_only for m in pending):
+            # (a job of daemons alone has no worker whose end ends them)
+            workers = any(not m.daemons_only for m in job.members.values())
+            if workers and all(m.daemons_only for m in pending):
                 job.stop_daemons()  # TF parameter servers end when the job is done
             return
         if pending:

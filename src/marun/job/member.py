@@ -147,6 +147,9 @@ class Member:
         # From the relay's pump threads: one assignment of a float, atomic under the GIL.
         self._last_activity = time.monotonic()
 
+    def settled(self) -> None:
+        """(Everything a member needs was loaded before it connected.)"""
+
     def report_failure(self, failure: Failure, uptime: float | None = None) -> None:
         # The round is this link's (node 0's numbering); `uptime`, the supervisor's.
         mine = failure.but(node=self.coord.index, host=self._host)

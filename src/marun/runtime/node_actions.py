@@ -95,14 +95,6 @@ class RequestStacks:
 
 
 @dataclass(frozen=True)
-class PickPorts:
-    """A job of one node: pick round `round`'s ports on this node (a bind probe), then tell the
-    machine `ports_picked`."""
-
-    round: int
-
-
-@dataclass(frozen=True)
 class ReportLeft:
     """Processes outlived SIGKILL: say which."""
 
@@ -114,13 +106,6 @@ class Emit:
     event: str
     level: str = "info"
     fields: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Say:
-    """A line on marun's stderr."""
-
-    text: str
 
 
 NodeAction = Union[
@@ -136,8 +121,6 @@ NodeAction = Union[
     ReportRunning,
     Activity,
     RequestStacks,
-    PickPorts,
     ReportLeft,
     Emit,
-    Say,
 ]

@@ -403,4 +403,6 @@ def simulate(request: SimulateRequest) -> int:
 
             sys.stdout.write(brief_plan(job, planned, request.mode, request.nodes) + "\n")
         sys.stdout.flush()
-    return execute(outer)
+    from marun.launch import open_link
+
+    return execute(outer, open_link)
