@@ -159,6 +159,48 @@ def _job_log(event: str, level: str = "info", **fields: object) -> None:
     getattr(get_logger("marun.job"), level)(event, **fields)
 
 
+def _run_placed(platform: Platform, plan: LaunchPlan, mode: str, supervise: bool) -> int:
+    """Hot spares (marun.plan.spares): join the job, wait for the place node 0 gives this node
+    (at the start for those that train; a spare when a lost node's place is its own), plan this
+    node as that place, and run it on the same link. A stop signal before a place: a node that
+    would have trained is the job's failure (the supervisor says so, as without spares); a spare
+    leaves (its marun exits 128+N, the job goes on with one spare less). The job's stop before a
+    place: this node ran nothing; it exits with the job's code."""
+    import sys
+
+    from marun.exit_codes import signal_exit
+    from marun.runtime import early_signals
+    from marun.runtime.execute import execute
+
+    coord = plan.coordination
+    assert coord is not None
+    early_signals.hold()  # a stop signal from now on is recorded, and acted on below
+    link = open_link(plan, platform)
+    event = link.wait_for_place(early_signals.first)  # type: ignore[attr-defined]
+    trains = coord.index < coord.nodes - coord.spares
+    if event is None and trains:
+        return execute(plan, lambda _plan: link)  # (its supervisor acts on the early signal)
+    if event is None or event.kind != "place":
+        signum = early_signals.first()
+        own = 0 if signum is None else signal_exit(signum)
+        code = link.report_end("spare", own)
+        link.close()
+        if signum is not None:
+            code = own  # (as any node stopped while it waits for the job's end)
+        sys.stderr.write(f"marun: node {coord.index} was a spare; it ends with {code}\n")
+        return code
+    place = event.code
+    if place != plan.nodes[0].index or not trains:
+        from marun.plan.spares import as_place, check_place
+
+        nodes = coord.nodes - coord.spares
+        check_place(place, nodes)
+        alone = replace(platform, settings=replace(platform.settings, spares=0))
+        placed = build_plan(mode, as_place(alone, place, nodes), False, supervise)
+        plan = replace(placed, coordination=coord)
+    return execute(plan, lambda _plan: link)
+
+
 def run_node(
     command: Sequence[str],
     mode: str,
@@ -176,6 +218,8 @@ def run_node(
     early_signals.listen()  # a stop signal from now on ends the job (runtime.early_signals)
     try:
         platform, plan = platform_and_plan(command, mode, config, cli, False, supervise)
+        if plan.coordination is not None and plan.coordination.spares:
+            return _run_placed(platform, plan, mode, supervise)
         return execute(plan, functools.partial(open_link, platform=platform))
     except early_signals.EarlyStop as stop:  # while planning: nothing started, nothing said
         from marun.exit_codes import signal_exit

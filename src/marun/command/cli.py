@@ -38,6 +38,7 @@ from marun.command.options import (
     ProgressTimeoutOpt,
     RecoveryRestartsOpt,
     RecoveryWaitOpt,
+    SparesOpt,
     StandaloneOpt,
     SuperviseOpt,
     TfChiefOpt,
@@ -120,6 +121,7 @@ def plan(
     console_ranks: ConsoleRanksOpt = None,
     grace_period: GraceOpt = None,
     max_restarts: MaxRestartsOpt = None,
+    spares: SparesOpt = None,
     fatal_exit_codes: FatalCodesOpt = None,
     recovery_restarts: RecoveryRestartsOpt = None,
     recovery_wait: RecoveryWaitOpt = None,
@@ -175,6 +177,7 @@ def run(
     console_ranks: ConsoleRanksOpt = None,
     grace_period: GraceOpt = None,
     max_restarts: MaxRestartsOpt = None,
+    spares: SparesOpt = None,
     fatal_exit_codes: FatalCodesOpt = None,
     recovery_restarts: RecoveryRestartsOpt = None,
     recovery_wait: RecoveryWaitOpt = None,
@@ -231,6 +234,7 @@ def simulate(
     console_ranks: ConsoleRanksOpt = None,
     grace_period: GraceOpt = None,
     max_restarts: MaxRestartsOpt = None,
+    spares: SparesOpt = None,
     show_plan: Annotated[
         bool,
         typer.Option(

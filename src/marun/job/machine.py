@@ -11,7 +11,7 @@ marun.job.admission; restart rounds: marun.job.round_barrier.
 from __future__ import annotations
 
 from marun.exit_codes import HANG_EXIT, LOST_EXIT
-from marun.job import admission, preflight_barrier, round_barrier
+from marun.job import admission, preflight_barrier, round_barrier, spares
 from marun.job.actions import Action, Announce, Handle, Key, Refuse, WriteReport
 from marun.job.hang import describe_stacks
 from marun.job.job_state import JobState
@@ -197,6 +197,9 @@ class JobMachine:
         job = self.job
         m = job.members[key]
         m.ended, m.outcome, m.exit_code = job.wall, msg.outcome, msg.exit_code
+        if m.place is None and spares.on(job) and job.phase is not JobPhase.GATHERING:
+            spares.left(job, m)  # a spare, or a node whose place went to one: not waited for
+            return
         if job.phase is JobPhase.GATHERING:
             # It ended before the job started (its marun was stopped while waiting): the job
             # cannot start without it.
@@ -317,6 +320,9 @@ class JobMachine:
             # hears the stop instead of giving up on node 0 after peer_timeout.
             return
         pending = [m for m in job.members.values() if m.ended is None]
+        if pending and spares.on(job) and all(m.place is None for m in pending):
+            spares.release(job)  # every place's node has ended: the spares hear the end
+            return
         if pending and job.stopped is None:
             # (a job of daemons alone has no worker whose end ends them)
             workers = any(not m.daemons_only for m in job.members.values())

@@ -14,6 +14,7 @@ from marun.job.messages import (
     Done,
     Dump,
     LeaderMessage,
+    Place,
     Probe,
     Refused,
     Restart,
@@ -194,6 +195,8 @@ class MemberMachine:
         elif isinstance(msg, Done):
             self.done_code = msg.code
             self._enter(MemberPhase.DONE)
+        elif isinstance(msg, Place):
+            self._push(JobEvent("place", msg.place))  # (marun.launch's wait for a place)
         return self._taken()
 
     # -- the rules --------------------------------------------------------------------------
