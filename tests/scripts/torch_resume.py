@@ -5,7 +5,8 @@ At start it loads the newest complete checkpoint in --ckpt-dir (rank 0 writes on
 step, atomically, then every rank passes a barrier, so no rank reaches step s+1 before the
 checkpoint of step s is on disk) and goes on from the step after it. `--crash-rank R
 --crash-step S` makes rank R exit 1 at the start of step S in round 0 only (MARUN_RESTART_COUNT
-is "0"), as a fault would. Every rank prints what marun gave it, each step's mean loss over the
+is "0"), as a fault would; `--pause-step S` makes every rank stop at the start of step S in round
+0 (a test then kills a node). Every rank prints what marun gave it, each step's mean loss over the
 ranks and, at the end, the last step's mean loss and a checksum of the weights. The model, data
 and initial weights are tests/scripts/resume_math.py's, in float64.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import time
 from pathlib import Path
 
 import resume_math as rm
@@ -35,6 +37,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--crash-rank", type=int, default=-1)
     parser.add_argument("--crash-step", type=int, default=-1)
+    # every rank stops at the start of this step in round 0 (a test then kills a node)
+    parser.add_argument("--pause-step", type=int, default=-1)
     args, _ = parser.parse_known_args()
 
     round_ = os.environ.get("MARUN_RESTART_COUNT")
@@ -73,6 +77,9 @@ def main() -> None:
 
     loss_value = float("nan")
     for step in range(start, args.steps):
+        if round_ == "0" and step == args.pause_step:
+            print(f"rank {rank} paused at step {step}", flush=True)
+            time.sleep(3600)
         if round_ == "0" and rank == args.crash_rank and step == args.crash_step:
             print(f"rank {rank} crashes at step {step}", flush=True)
             os._exit(1)

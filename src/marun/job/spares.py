@@ -101,7 +101,7 @@ def substitute(job: JobState) -> None:
                 {"place": place, "lost": node, "lost_host": lost_host, "spare": spare.node,
                  "spare_host": spare.host}
             )  # fmt: skip
-        job.log("spare_placed", "warning", place=place, lost=node, spare=spare.node)
+        job.log("spare_placed", place=place, lost=node, spare=spare.node)  # (and the line below)
         job.actions.append(
             Announce(
                 f"marun: node {node} ({lost_host}) lost{why}; spare node {spare.node} "
