@@ -333,6 +333,7 @@ class JobMachine:
             return
         job.enter(JobPhase.DONE)
         if job.exit_code is None:
-            job.exit_code = next((m.exit_code for m in job.members.values() if m.exit_code), 0)
+            # (the nodes that hold a place: a spare's own end is not the job's)
+            job.exit_code = next((m.exit_code for m in spares.holders(job) if m.exit_code), 0)
         job.actions.append(WriteReport())  # before `done`: a node that ends on it finds job.json
         job.broadcast(Done(job.exit_code))
