@@ -17,6 +17,8 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -110,6 +112,13 @@ def test_a_spare_takes_a_deleted_pod_s_place_and_the_job_resumes(tmp_path: Path)
     assert report["exit_code"] == 0, report
     (round1,) = report["rounds"]
     assert [(s["place"], s["lost"], s["spare"]) for s in round1["substitutions"]] == [(1, 1, 3)]
+    said = subprocess.run(
+        [sys.executable, "-m", "marun", "report", str(nodes[0].log_dir)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert re.search(r"spare node 3 \(\S+\) took node 1's place \(\S+\), place 1", said), said
 
     # Node 1's ranks ran round 0 on node 1 and round 1 on node 3, with the same RANKs.
     expected = resume_math().reference_losses(WORLD, STEPS)

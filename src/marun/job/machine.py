@@ -38,7 +38,7 @@ DUMP_WAIT = 15.0  # seconds the watchdog waits for every node's stacks
 STALL = 3 * HEARTBEAT  # a gap this long between two looks: node 0's marun was not running
 # After the start, a member whose connection closed without its `end` is lost this long after,
 # unless its marun reconnects meanwhile (a member reconnects at once after a drop).
-CLOSED_LOST = 2.0
+CLOSED_LOST = 1.5  # (a member dropped after its welcome tries again at once, then every 0.5 s)
 LATE_WAIT = 3.0  # after a stop, how long a node not (or no longer) present is waited for
 
 

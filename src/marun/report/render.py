@@ -54,6 +54,11 @@ def render_text(summary: dict[str, Any]) -> str:
         elif r["at"] is not None:
             line += f": started at +{_s(r['at'])}"
         out.append(line)
+        for sub in r.get("substitutions") or []:
+            out.append(
+                f"  spare node {sub.get('spare')} ({sub.get('spare_host')}) took node "
+                f"{sub.get('lost')}'s place ({sub.get('lost_host')}), place {sub.get('place')}"
+            )
     ph = summary["phases"]
     arrival = f"arrival {_s(ph['arrival']['seconds'])}"
     if ph["arrival"]["slowest_node"] is not None:
