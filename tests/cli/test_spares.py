@@ -13,6 +13,8 @@ from pathlib import Path
 
 from loopback_job import LoopbackJob
 
+from conftest import run_marun
+
 # Round 0's ranks run until the test acts; a round's after it end soon (the job ends 0).
 RANKS = """\
 import os, time
@@ -94,3 +96,16 @@ def test_two_nodes_lost_with_one_spare_the_other_place_waits_for_its_replacement
         assert len(re.findall(r"takes its place", job.nodes[0].output)) == 1
     finally:
         job.kill_all()
+
+
+def test_simulate_keeps_the_last_node_as_a_spare(tmp_path: Path) -> None:
+    (tmp_path / "hello.py").write_text(
+        "import os\nprint('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])\n"
+    )
+    argv = ["simulate", "--mode", "pytorch", "--nodes", "3", "--devices", "1"]
+    argv += ["--max-restarts", "1", "--spares", "1", "--no-show-plan", "--", "hello.py"]
+    res = run_marun(argv, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout + res.stderr
+    assert sorted(re.findall(r"rank (\d) of 2", out)) == ["0", "1"], out
+    assert "marun: node 2 was a spare; it ends with 0" in out

@@ -101,3 +101,11 @@ def test_spares_in_a_mode_whose_places_are_not_planned_yet_are_refused(tmp_path:
     assert res.returncode == 2, res.stderr
     assert "spares=1: expected 0 in mindspore mode" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_simulate_refuses_spares_once_where_every_node_would(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("")
+    argv = ["simulate", "--mode", "mindspore", "--nodes", "2", "--devices", "1"]
+    res = run_marun([*argv, "--max-restarts", "1", "--spares", "1", "--", "train.py"], cwd=tmp_path)
+    assert res.returncode == 2 and "spares=1: expected 0 in mindspore mode" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
