@@ -162,10 +162,10 @@ def _job_log(event: str, level: str = "info", **fields: object) -> None:
 def _run_placed(platform: Platform, plan: LaunchPlan, mode: str, supervise: bool) -> int:
     """Hot spares (marun.plan.spares): join the job, wait for the place node 0 gives this node
     (at the start for those that train; a spare when a lost node's place is its own), plan this
-    node as that place, and run it on the same link. A stop signal before a place: a node that
-    would have trained is the job's failure (the supervisor says so, as without spares); a spare
-    leaves (its marun exits 128+N, the job goes on with one spare less). The job's stop before a
-    place: this node ran nothing; it exits with the job's code."""
+    node as that place, and run it on the same link. A stop signal before a place is said to node
+    0 as any node's: before the start it is the job's failure (as without spares); after it, the
+    node is a spare and leaves (its marun exits 128+N, the job goes on with one spare less). The
+    job's stop before a place: this node ran nothing; it exits with the job's code."""
     import sys
 
     from marun.exit_codes import signal_exit
@@ -177,20 +177,26 @@ def _run_placed(platform: Platform, plan: LaunchPlan, mode: str, supervise: bool
     early_signals.hold()  # a stop signal from now on is recorded, and acted on below
     link = open_link(plan, platform)
     event = link.wait_for_place(early_signals.first)  # type: ignore[attr-defined]
-    trains = coord.index < coord.nodes - coord.spares
-    if event is None and trains:
-        return execute(plan, lambda _plan: link)  # (its supervisor acts on the early signal)
     if event is None or event.kind != "place":
         signum = early_signals.first()
         own = 0 if signum is None else signal_exit(signum)
+        if signum is not None:
+            # Node 0 decides what it means: before the start, the job's failure (as without
+            # spares); after it, a spare (no place) leaves and the job goes on.
+            from marun.runtime.failure import Failure
+            from marun.runtime.signals import signal_name
+
+            name = signal_name(signum)
+            why = f"node {coord.index} stopped by {name} before it had a place"
+            link.report_failure(Failure(exit_code=own, signal=name, stop_signal=name, why=why))
         code = link.report_end("spare", own)
         link.close()
         if signum is not None:
             code = own  # (as any node stopped while it waits for the job's end)
-        sys.stderr.write(f"marun: node {coord.index} was a spare; it ends with {code}\n")
+        sys.stderr.write(f"marun: node {coord.index} ran nothing (no place); it ends with {code}\n")
         return code
     place = event.code
-    if place != plan.nodes[0].index or not trains:
+    if place != plan.nodes[0].index or not plan.nodes[0].processes:
         from marun.plan.spares import as_place, check_place
 
         nodes = coord.nodes - coord.spares

@@ -53,7 +53,7 @@ def test_a_spare_stopped_while_it_waits_leaves_and_the_job_goes_on(tmp_path: Pat
     try:
         job.signal(3, signal.SIGTERM)
         assert job.nodes[3].proc.wait(30) == 143, job.report()
-        assert "marun: node 3 was a spare; it ends with 143" in job.nodes[3].output
+        assert "marun: node 3 ran nothing (no place); it ends with 143" in job.nodes[3].output
         _delete_pod(job, 1)  # no spare left: the round waits for node 1's replacement
         job.start([1], RANKS, env={POD: "pod1-1"})
         codes = job.finish()
@@ -74,7 +74,7 @@ def test_a_stop_signal_as_a_node_is_lost_ends_the_job_and_the_spare_with_128_plu
         codes = job.finish()
         assert (codes[0], codes[2], codes[3]) == (143, 143, 143), job.report()
         assert "up in round 1" not in job.nodes[3].output  # the spare ran nothing
-        assert "marun: node 3 was a spare; it ends with 143" in job.nodes[3].output
+        assert "marun: node 3 ran nothing (no place); it ends with 143" in job.nodes[3].output
     finally:
         job.kill_all()
 
@@ -108,4 +108,4 @@ def test_simulate_keeps_the_last_node_as_a_spare(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     out = res.stdout + res.stderr
     assert sorted(re.findall(r"rank (\d) of 2", out)) == ["0", "1"], out
-    assert "marun: node 2 was a spare; it ends with 0" in out
+    assert "marun: node 2 ran nothing (no place); it ends with 0" in out

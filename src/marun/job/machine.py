@@ -30,6 +30,7 @@ from marun.job.messages import (
     Stopped,
 )
 from marun.job.phases import JobPhase
+from marun.job.roster import MemberState
 from marun.plan.coordination import HEARTBEAT, Coordination
 from marun.runtime.failure import Failure
 from marun.runtime.round_rule import RoundRule
@@ -101,7 +102,7 @@ class JobMachine:
             if msg.progress is not None:
                 self._progress_of(key, msg.progress)
         elif isinstance(msg, FailureSaid):
-            self._failure(msg.failure, msg.round, msg.uptime)
+            self._failure(msg.failure, msg.round, msg.uptime, member)
         elif isinstance(msg, Stopped):
             member.stopped_round = max(member.stopped_round, msg.round)
             round_barrier.check_round(job)
@@ -210,8 +211,14 @@ class JobMachine:
             )
             job.stop(code, Failure(node=key[0], host=m.host, exit_code=code, why=why))
 
-    def _failure(self, failure: Failure, round_: int | None, uptime: float | None) -> None:
+    def _failure(
+        self, failure: Failure, round_: int | None, uptime: float | None, member: MemberState
+    ) -> None:
         job = self.job
+        if failure.stop_signal and member.place is None and job.start_sent and spares.on(job):
+            # A spare (it holds no place) told to stop: it leaves; the job goes on.
+            job.log("spare_stopped", "warning", node=member.node, signal=failure.stop_signal)
+            return
         if failure.stop_signal:
             # A node's marun was told to stop (its pod deleted, a user's ^C): the job ends with
             # 128+N in every phase, a round's barrier included; it never starts a round, and no

@@ -131,9 +131,11 @@ def dismiss(job: JobState, member: MemberState) -> None:
 def left(job: JobState, member: MemberState) -> None:
     """A member without a place said its end (a spare stopped by a signal, or told the job's
     end, or a dismissed node): nothing of the job waits for it; it hears `done` at once."""
-    code = job.exit_code if job.stopped is not None and job.exit_code is not None else 0
     job.log("spare_left", "info", node=member.node, outcome=member.outcome)
-    job.send(member, Done(member.exit_code if member.exit_code else code))
+    if job.stopped is not None and job.exit_code is not None:
+        job.send(member, Done(job.exit_code))  # the job's end came first: its code
+    else:
+        job.send(member, Done(member.exit_code or 0))  # it left a live job: its own
 
 
 def release(job: JobState) -> None:
