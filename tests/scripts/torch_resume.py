@@ -107,6 +107,16 @@ def main() -> None:
     print(f"rank {rank} final loss {loss_value!r} checksum {checksum!r}", flush=True)
     dist.barrier()
     dist.destroy_process_group()
+    # Rank 0 hosts the round's store: it leaves last, once every rank has torn its group down
+    # (a store gone under a rank still in destroy_process_group aborts it: "terminate called
+    # without an active exception", seen once under load). Bounded: 60 s.
+    (args.ckpt_dir / f".left.{round_}.{rank}").touch()
+    if rank == 0:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not all(
+            (args.ckpt_dir / f".left.{round_}.{r}").exists() for r in range(world)
+        ):
+            time.sleep(0.05)
 
 
 if __name__ == "__main__":
