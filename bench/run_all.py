@@ -17,6 +17,7 @@ import formation
 import plan_scale
 import plan_unresolved
 import relay
+import spares
 import startup
 import supervise
 from _common import Row, load_note, print_rows
@@ -28,6 +29,7 @@ BENCHES = {
     "plan": (plan_scale.run, 5),
     "plan-unresolved": (plan_unresolved.run, 5),
     "formation": (formation.run, 1),
+    "spares": (spares.run, 3),
 }
 
 

@@ -115,8 +115,14 @@ def platform_and_plan(
 
 
 def open_link(plan: LaunchPlan, platform: Platform | None = None) -> JobLink:
-    """This node's link to the job's others (marun.job), opened only for a coordinated plan;
-    `platform` (what this node was given) brings its preflight setting."""
+    """This node's link to its job (marun.job): to node 0's coordinator for a coordinated plan,
+    else the job of this node alone, in this process (marun.job.local_job); `platform` (what
+    this node was given) brings its preflight setting."""
+    coord = plan.coordination
+    if coord is None:
+        from marun.job.local_job import LocalJob  # (nothing of the wire: no socket, no thread)
+
+        return LocalJob(plan, _job_log)
     import contextlib
 
     from marun._files import private_dir
@@ -124,8 +130,6 @@ def open_link(plan: LaunchPlan, platform: Platform | None = None) -> JobLink:
     from marun.job.link import open_link as open_job_link
     from marun.log import get_logger, log_to_file
 
-    coord = plan.coordination
-    assert coord is not None
     # The coordination's events (node_arrived, job_start, ...) go to this node's events file
     # from the start, as the supervisor's do (marun.log).
     node = plan.nodes[0]
@@ -147,6 +151,62 @@ def open_link(plan: LaunchPlan, platform: Platform | None = None) -> JobLink:
     return joined
 
 
+def _job_log(event: str, level: str = "info", **fields: object) -> None:
+    """A job of one node's events, into the node's events file: marun.log is imported by then
+    (the job speaks only after the node's processes started)."""
+    from marun.log import get_logger
+
+    getattr(get_logger("marun.job"), level)(event, **fields)
+
+
+def _run_placed(platform: Platform, plan: LaunchPlan, mode: str, supervise: bool) -> int:
+    """Hot spares (marun.plan.spares): join the job, wait for the place node 0 gives this node
+    (at the start for those that train; a spare when a lost node's place is its own), plan this
+    node as that place, and run it on the same link. A stop signal before a place is said to node
+    0 as any node's: before the start it is the job's failure (as without spares); after it, the
+    node is a spare and leaves (its marun exits 128+N, the job goes on with one spare less). The
+    job's stop before a place: this node ran nothing; it exits with the job's code."""
+    import sys
+
+    from marun.exit_codes import signal_exit
+    from marun.runtime import early_signals
+    from marun.runtime.execute import execute
+
+    coord = plan.coordination
+    assert coord is not None
+    early_signals.hold()  # a stop signal from now on is recorded, and acted on below
+    link = open_link(plan, platform)
+    event = link.wait_for_place(early_signals.first)  # type: ignore[attr-defined]
+    if event is None or event.kind != "place":
+        signum = early_signals.first()
+        own = 0 if signum is None else signal_exit(signum)
+        if signum is not None:
+            # Node 0 decides what it means: before the start, the job's failure (as without
+            # spares); after it, a spare (no place) leaves and the job goes on.
+            from marun.runtime.failure import Failure
+            from marun.runtime.signals import signal_name
+
+            name = signal_name(signum)
+            why = f"node {coord.index} stopped by {name} before it had a place"
+            link.report_failure(Failure(exit_code=own, signal=name, stop_signal=name, why=why))
+        code = link.report_end("spare", own)
+        link.close()
+        if signum is not None:
+            code = own  # (as any node stopped while it waits for the job's end)
+        sys.stderr.write(f"marun: node {coord.index} ran nothing (no place); it ends with {code}\n")
+        return code
+    place = event.code
+    if place != plan.nodes[0].index or not plan.nodes[0].processes:
+        from marun.plan.spares import as_place, check_place
+
+        nodes = coord.nodes - coord.spares
+        check_place(place, nodes)
+        alone = replace(platform, settings=replace(platform.settings, spares=0))
+        placed = build_plan(mode, as_place(alone, place, nodes), False, supervise)
+        plan = replace(placed, coordination=coord)
+    return execute(plan, lambda _plan: link)
+
+
 def run_node(
     command: Sequence[str],
     mode: str,
@@ -164,6 +224,8 @@ def run_node(
     early_signals.listen()  # a stop signal from now on ends the job (runtime.early_signals)
     try:
         platform, plan = platform_and_plan(command, mode, config, cli, False, supervise)
+        if plan.coordination is not None and plan.coordination.spares:
+            return _run_placed(platform, plan, mode, supervise)
         return execute(plan, functools.partial(open_link, platform=platform))
     except early_signals.EarlyStop as stop:  # while planning: nothing started, nothing said
         from marun.exit_codes import signal_exit

@@ -60,6 +60,7 @@ CASES = [
     Given("grace_period", "env", "inf", "5"),
     Given("grace_period", "yaml", "-.inf", "5"),
     Given("max_restarts", "cli", "-1", "0"),
+    Given("spares", "cli", "-1", "0"),
     Given("recovery_restarts", "env", "1.5", "3"),
     Given("fatal_exit_codes", "yaml", "[0]", "[3]"),
     Given("quick_failure", "env", "-1", "0"),

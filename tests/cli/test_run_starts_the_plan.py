@@ -181,18 +181,32 @@ def test_marun_run_refuses_a_file_it_cannot_write(tmp_path: Path) -> None:
 # -- a fresh interpreter: what `marun run` imports, its two start paths, Ctrl-C ----------------
 
 
-def test_single_node_run_loads_no_coordination(script: Path) -> None:
-    """One node: no import of marun.job or the runtime's link to it, no thread, no socket
-    (supervised here, so the supervisor's imports count too)."""
+@pytest.mark.parametrize("code", [0, 3])
+def test_single_node_run_loads_no_wire_and_its_job_after_the_start(
+    tmp_path: Path, code: int
+) -> None:
+    """One node: its job runs in this process (marun.job.local_job), with nothing of the wire
+    (no coordinator, member or socket code). The job machine's imports come after the node's
+    processes started (after marun's log, which is imported then), not on the path to them;
+    a job that ended well, with nothing to report, never builds it."""
+    (tmp_path / "train.py").write_text(f"import sys\nsys.exit({code})\n")
     res = run_marun(
-        ["run", "--supervise", "--", script.name, "--init_method", INIT],
+        ["run", "--supervise", "--", "train.py", "--init_method", INIT],
         env={"PYTHONPROFILEIMPORTTIME": "1"},
-        cwd=script.parent,
+        cwd=tmp_path,
     )
-    assert res.returncode == 0, res.stderr
-    assert "marun.plan.coordination" in res.stderr  # the plan looked, and found one node
-    assert "marun.job" not in res.stderr
-    assert "marun.runtime.joblink" not in res.stderr
+    assert res.returncode == code, res.stderr
+    imported = [
+        line.rsplit("|", 1)[1].strip() for line in res.stderr.splitlines() if "import time:" in line
+    ]
+    assert "marun.plan.coordination" in imported  # the plan looked, and found one node
+    assert "marun.job.local_job" in imported
+    for wire in ("marun.job.link", "marun.job.coordinator", "marun.job.member", "marun.job.wire"):
+        assert wire not in imported
+    if code == 0:
+        assert "marun.job.machine" not in imported
+    else:
+        assert imported.index("marun.job.machine") > imported.index("structlog")
 
 
 @pytest.mark.parametrize(

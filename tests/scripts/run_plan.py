@@ -15,6 +15,7 @@ from dataclasses import replace
 from marun.errors import MarunError
 from marun.inputs.injected import read_platform
 from marun.inputs.settings import load_settings
+from marun.launch import open_link
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
 from marun.plan.modes.common import supervision
 from marun.runtime.execute import execute
@@ -32,7 +33,7 @@ def main():
         # result.json next to the first process's log, as before the plan named a directory
         watching = replace(watching, record_dir=None, fail_fast=data.get("fail_fast", True))
         plan = LaunchPlan(data.get("mode", "test"), (node,), supervision=watching)
-        code = execute(plan)
+        code = execute(plan, open_link)
     except MarunError as exc:
         sys.stderr.write(f"marun: error: {exc}\n")
         sys.exit(exc.exit_code)

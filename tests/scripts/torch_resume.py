@@ -5,8 +5,9 @@ At start it loads the newest complete checkpoint in --ckpt-dir (rank 0 writes on
 step, atomically, then every rank passes a barrier, so no rank reaches step s+1 before the
 checkpoint of step s is on disk) and goes on from the step after it. `--crash-rank R
 --crash-step S` makes rank R exit 1 at the start of step S in round 0 only (MARUN_RESTART_COUNT
-is "0"), as a fault would (`--crash-when FILE`: once FILE exists, at most 2 minutes later).
-Every rank prints what marun gave it, each step's mean loss over the
+is "0"), as a fault would (`--crash-when FILE`: once FILE exists, at most 2 minutes later);
+`--pause-step S` makes every rank stop at the start of step S in round 0 (a test then kills a
+node). Every rank prints what marun gave it, each step's mean loss over the
 ranks and, at the end, the last step's mean loss and a checksum of the weights. The model, data
 and initial weights are tests/scripts/resume_math.py's, in float64.
 """
@@ -39,6 +40,8 @@ def main() -> None:
     parser.add_argument("--crash-step", type=int, default=-1)
     # The crash waits for this file (bounded): a test lets it come once marun's spares are ready.
     parser.add_argument("--crash-when", type=Path, default=None)
+    # every rank stops at the start of this step in round 0 (a test then kills a node)
+    parser.add_argument("--pause-step", type=int, default=-1)
     args, _ = parser.parse_known_args()
 
     round_ = os.environ.get("MARUN_RESTART_COUNT")
@@ -77,6 +80,9 @@ def main() -> None:
 
     loss_value = float("nan")
     for step in range(start, args.steps):
+        if round_ == "0" and step == args.pause_step:
+            print(f"rank {rank} paused at step {step}", flush=True)
+            time.sleep(3600)
         if round_ == "0" and rank == args.crash_rank and step == args.crash_step:
             waited = 0
             while args.crash_when is not None and not args.crash_when.exists() and waited < 1200:
@@ -108,6 +114,16 @@ def main() -> None:
     print(f"rank {rank} final loss {loss_value!r} checksum {checksum!r}", flush=True)
     dist.barrier()
     dist.destroy_process_group()
+    # Rank 0 hosts the round's store: it leaves last, once every rank has torn its group down
+    # (a store gone under a rank still in destroy_process_group aborts it: "terminate called
+    # without an active exception", seen once under load). Bounded: 60 s.
+    (args.ckpt_dir / f".left.{round_}.{rank}").touch()
+    if rank == 0:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not all(
+            (args.ckpt_dir / f".left.{round_}.{r}").exists() for r in range(world)
+        ):
+            time.sleep(0.05)
 
 
 if __name__ == "__main__":

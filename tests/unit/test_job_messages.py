@@ -18,6 +18,7 @@ from marun.job.messages import (
     FailureSaid,
     Hello,
     LeaderBeat,
+    Place,
     Refused,
     Restart,
     Running,
@@ -73,6 +74,7 @@ LEADER = [
     Dump(False),
     Done(3),
     LeaderBeat(),
+    Place(2),
 ]
 
 

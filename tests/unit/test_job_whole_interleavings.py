@@ -18,6 +18,12 @@ stops the job at once with 128+N and no round begins after it. At the end (every
 every node's marun ends within a bounded time, each with the job's exit code (what node 0 told
 it in `done`), and job.json says that code and every round.
 
+The same with a hot spare (WholeJobWithSpares: 3 places and a spare, marun.job.spares): every
+marun waits for its place before its node machine exists (marun.launch's `_run_placed`); a stop
+signal before a place is said to node 0 (the job's failure before the start, a spare leaving
+after it); invariants as above, plus one node per place; at the end a spare that left a live job
+exits with its own code, and a node whose place went to a spare (told to stop) with its own.
+
 MARUN_PROPERTY_EXAMPLES sets the example count (the fast lane's default; the slow lane runs
 thousands: tests/cli/test_job_interleavings_many.py).
 """
@@ -61,6 +67,7 @@ from marun.job.protocol import PROTOCOL, ProtocolError, decode, encode, new_nonc
 from marun.job.report import state_report
 from marun.plan.coordination import Coordination
 from marun.plan.launch_plan import ProcessSpec, Supervision
+from marun.runtime.failure import Failure
 from marun.runtime.node_actions import (
     NodeAction,
     ReportFailure,
@@ -81,6 +88,7 @@ SECRET = b"whole-job"
 JOB = "job-w"
 NODES = 3
 RANKS = 2  # per node
+MAX_NODES = NODES + 1  # the rules' draws (a spare's job has one node more)
 PEER_TIMEOUT = 10.0
 ARRIVAL_TIMEOUT = 30.0
 GRACE = 5.0
@@ -91,13 +99,14 @@ SETTLE = ARRIVAL_TIMEOUT + 3 * PEER_TIMEOUT + 2 * GRACE + 60.0
 STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
 
-def _coord(index: int) -> Coordination:
+def _coord(index: int, nodes: int = NODES, spares: int = 0) -> Coordination:
     return Coordination(
         host="127.0.0.1",
         port=0,
-        nodes=NODES,
+        nodes=nodes,
         index=index,
         job=JOB,
+        spares=spares,
         arrival_timeout=ARRIVAL_TIMEOUT,
         peer_timeout=PEER_TIMEOUT,
     )
@@ -112,29 +121,18 @@ class Pipe:
 
 
 class Marun:
-    """One marun process for node `index`: its two machines, its processes and its connection."""
+    """One marun process for node `index`: its two machines, its processes and its connection.
+    With hot spares its node machine is made once node 0 gives it a place (marun.launch's
+    `_run_placed`); until then it runs nothing."""
 
-    def __init__(self, index: int, budget: int, now: float) -> None:
+    def __init__(self, index: int, budget: int, now: float, coord: Coordination) -> None:
         self.index = index
+        self.budget = budget
         self.instance = new_nonce()
-        self.member = MemberMachine(_coord(index), now)
-        records = [
-            ProcessRecord(
-                spec=ProcessSpec(
-                    f"rank{RANKS * index + r}",
-                    ("python", "t.py"),
-                    {},
-                    "/w",
-                    "/l",
-                    rank=RANKS * index + r,
-                ),
-                tail=deque(),
-            )
-            for r in range(RANKS)
-        ]
-        self.record = JobRecord("pytorch", index, f"h{index}", records)
-        options = Supervision(grace_period=GRACE, max_restarts=budget)
-        self.node = NodeMachine(self.record, options, coordinated=True, now=now)
+        self.member = MemberMachine(coord, now)
+        self.place: int | None = None
+        self.node: NodeMachine = None  # type: ignore[assignment]  # (made below, or at a place)
+        self.record: JobRecord = None  # type: ignore[assignment]
         self.alive: set[int] = set()  # records whose process runs
         self.exits: list[tuple[int, Ending]] = []  # ended, not yet reaped
         self.stubborn = False  # its ranks ignore the stop signal (SIGKILL ends them)
@@ -142,23 +140,56 @@ class Marun:
         self.said: dict[str, MemberMessage] = {}  # said again after every hello
         self.frozen = False
         self.ending = False  # said `end`: waits for node 0's `done`
+        self.own: int | None = None  # a marun without a place: the code it leaves with
         self.code: int | None = None  # its exit code, once its marun has exited
         self.pid = 100 * (index + 1)
+        if not coord.spares:
+            self.make_node(index, now)
+
+    def make_node(self, place: int, now: float) -> None:
+        self.place = place
+        records = [
+            ProcessRecord(
+                spec=ProcessSpec(
+                    f"rank{RANKS * place + r}",
+                    ("python", "t.py"),
+                    {},
+                    "/w",
+                    "/l",
+                    rank=RANKS * place + r,
+                ),
+                tail=deque(),
+            )
+            for r in range(RANKS)
+        ]
+        self.record = JobRecord("pytorch", place, f"h{self.index}", records)
+        options = Supervision(grace_period=GRACE, max_restarts=self.budget)
+        self.node = NodeMachine(self.record, options, now=now)
 
 
 class WholeJob(RuleBasedStateMachine):
+    nodes, spares = NODES, 0  # (WholeJobWithSpares: 3 places and a spare)
+
     @initialize(budget=st.integers(0, 3))
     def make_job(self, budget: int) -> None:
         self.budget = budget
         self.now = 1000.0
         rule_ = RoundRule(budget, quick=0.0)
-        self.job = JobMachine(_coord(0), "leader", rule=rule_, ports={}, now=self.now, wall=WALL)
+        coord = self._coord_of(0)
+        self.job = JobMachine(coord, "leader", rule=rule_, ports={}, now=self.now, wall=WALL)
         self.to_leader: deque[tuple[Pipe, bytes]] = deque()
-        self.maruns = [Marun(i, budget, self.now) for i in range(NODES)]
+        self.maruns = [self._marun(i) for i in range(self.nodes)]
         self.gone: list[Marun] = []  # maruns killed (their codes are not the job's)
         self.signalled: tuple[int, int] | None = None  # (128+N, rounds then)
         self.interrupted: set[Marun] = set()  # stopped while waiting for the job's end
+        self.left: set[Marun] = set()  # maruns signalled before they had a place
         self._settle()
+
+    def _coord_of(self, index: int) -> Coordination:
+        return _coord(index, self.nodes, self.spares)
+
+    def _marun(self, index: int) -> Marun:
+        return Marun(index, self.budget, self.now, self._coord_of(index))
 
     # -- the wire -------------------------------------------------------------------------------
 
@@ -241,10 +272,23 @@ class WholeJob(RuleBasedStateMachine):
 
     def _member_does(self, marun: Marun, actions: list[MemberAction]) -> None:
         for action in actions:
-            if isinstance(action, Push):
+            if isinstance(action, Push) and marun.node is None:
+                self._placeless(marun, action.event.kind, action.event.code)
+            elif isinstance(action, Push):
                 self._node_does(marun, marun.node.heard([action.event], self.now, WALL + self.now))
             elif isinstance(action, Disconnect) and marun.pipe is not None:
                 self._close(marun.pipe)
+
+    def _placeless(self, marun: Marun, kind: str, code: int) -> None:
+        """marun.launch's `_run_placed` until a place: a place makes its node machine, the job's
+        stop ends it (it ran nothing); the rest is not for a node without processes."""
+        if marun.ending:
+            return
+        if kind == "place":
+            marun.make_node(code, self.now)
+        elif kind == "stop":
+            marun.ending, marun.own = True, 0
+            self._say(marun, End("spare", 0))
 
     def _node_does(self, marun: Marun, actions: list[NodeAction]) -> None:
         todo = list(actions)
@@ -303,8 +347,11 @@ class WholeJob(RuleBasedStateMachine):
         if marun.ending:
             if member.done or member.gave_up:
                 code = member.done_code
-                self._exit(marun, marun.record.exit_code if code is None else code)
+                own = marun.record.exit_code if marun.node is not None else marun.own
+                self._exit(marun, (own or 0) if code is None else code)
             return
+        if marun.node is None:
+            return  # (waits for a place)
         self._reap(marun)
         left = tuple(sorted(marun.alive)) if marun.node.phase.name == "RESTARTING" else ()
         self._node_does(marun, marun.node.tick(self.now, bool(marun.alive), left))
@@ -366,21 +413,26 @@ class WholeJob(RuleBasedStateMachine):
     # -- the steps ------------------------------------------------------------------------------
 
     @rule(
-        index=st.integers(0, NODES - 1),
+        index=st.integers(0, MAX_NODES - 1),
         rank=st.integers(0, RANKS - 1),
         code=st.sampled_from([0, 1, 3, 137]),
     )
     def a_rank_exits(self, index: int, rank: int, code: int) -> None:
-        marun = self.maruns[index]
+        marun = self.maruns[index % len(self.maruns)]
         if marun.code is None and rank in marun.alive:
             marun.alive.discard(rank)
             ending = Ending(code, signal.SIGKILL if code == 137 else None)
             marun.exits.append((rank, ending))
 
-    @rule(index=st.integers(0, NODES - 1), signum=st.sampled_from(STOPS))
+    @rule(index=st.integers(0, MAX_NODES - 1), signum=st.sampled_from(STOPS))
     def a_stop_signal(self, index: int, signum: int) -> None:
-        marun = self.maruns[index]
+        marun = self.maruns[index % len(self.maruns)]
         if marun.code is not None or marun.frozen:
+            return
+        if marun.node is None:
+            # (marun.launch's `_run_placed`: its wait for the job's end is not interrupted)
+            if not marun.ending:
+                self._placeless_signal(marun, signum)
             return
         if marun.ending:  # node_report's wait for the end, interrupted: its own code, now
             self._exit(marun, marun.record.exit_code or signal_exit(signum))
@@ -399,33 +451,35 @@ class WholeJob(RuleBasedStateMachine):
                 "a stop signal did not stop the job at once with 128+N"
             )
 
-    @rule(index=st.integers(0, NODES - 1))
+    @rule(index=st.integers(0, MAX_NODES - 1))
     def its_ranks_ignore_the_stop_signal(self, index: int) -> None:
-        self.maruns[index].stubborn = True
+        self.maruns[index % len(self.maruns)].stubborn = True
 
-    @rule(index=st.integers(1, NODES - 1))
+    @rule(index=st.integers(1, MAX_NODES - 1))
     def a_connection_drops(self, index: int) -> None:
-        marun = self.maruns[index]
+        marun = self.maruns[self._not_0(index)]
         if marun.pipe is not None and not marun.frozen:
             self._close(marun.pipe)
 
-    @rule(index=st.integers(1, NODES - 1))
+    @rule(index=st.integers(1, MAX_NODES - 1))
     def freeze(self, index: int) -> None:
-        if self.maruns[index].code is None:
-            self.maruns[index].frozen = True
+        marun = self.maruns[self._not_0(index)]
+        if marun.code is None:
+            marun.frozen = True
 
-    @rule(index=st.integers(1, NODES - 1))
+    @rule(index=st.integers(1, MAX_NODES - 1))
     def resume(self, index: int) -> None:
-        marun = self.maruns[index]
+        marun = self.maruns[self._not_0(index)]
         if marun.frozen:
             marun.frozen = False
             self._turn(marun)
             self._settle()
 
-    @rule(index=st.integers(1, NODES - 1))
+    @rule(index=st.integers(1, MAX_NODES - 1))
     def its_marun_is_killed_and_started_again(self, index: int) -> None:
         """Its pod deleted and recreated: the processes and the connection go, and a new marun
         comes for the index (a new instance)."""
+        index = self._not_0(index)
         old = self.maruns[index]
         if old.code is None:
             old.code = -9
@@ -433,8 +487,38 @@ class WholeJob(RuleBasedStateMachine):
             if old.pipe is not None:
                 self._close(old.pipe)
         self.gone.append(old)
-        self.maruns[index] = Marun(index, self.budget, self.now)
+        self.maruns[index] = self._marun(index)
         self._settle()
+
+    def _not_0(self, index: int) -> int:
+        """A node other than node 0, from a draw of 1 to MAX_NODES - 1."""
+        return 1 + (index - 1) % (len(self.maruns) - 1)
+
+    def _placeless_signal(self, marun: Marun, signum: int) -> None:
+        """A stop signal to a marun that has no place yet: it says so to node 0, as marun.launch's
+        `_run_placed` does, and leaves with 128+N. Before the start that is the job's failure
+        (as without spares); after it, a spare leaves and the job goes on."""
+        job = self.job.job
+        member = job.members.get((marun.index, 0))
+        stops_the_job = (
+            job.stopped is None
+            and job.phase is not JobPhase.DONE
+            and marun.pipe is not None
+            and (not job.start_sent or (member is not None and member.place is not None))
+        )
+        before = len(job.rounds)
+        name = signal.Signals(signum).name
+        failure = Failure(
+            node=marun.index, exit_code=signal_exit(signum), signal=name, stop_signal=name
+        )
+        marun.ending, marun.own = True, signal_exit(signum)
+        self._say(marun, FailureSaid(failure, marun.member.round, None))
+        self._say(marun, End("spare", signal_exit(signum)))
+        self._settle()
+        if stops_the_job and self.signalled is None:
+            self.signalled = (signal_exit(signum), before)
+            assert job.stopped is not None and job.stopped.code == signal_exit(signum)
+        self.left.add(marun)  # (its own code, or the job's: checked at the end)
 
     @rule(seconds=st.sampled_from([0.5, 1.0, 3.0, 11.0, 31.0]))
     def time_passes(self, seconds: float) -> None:
@@ -459,6 +543,7 @@ class WholeJob(RuleBasedStateMachine):
         for marun in self.maruns:
             marun.frozen = False
             marun.stubborn = False
+        holders = set()
         waited = 0.0
         while any(m.code is None for m in self.maruns) and waited < SETTLE:
             self._advance(1.0)
@@ -467,7 +552,14 @@ class WholeJob(RuleBasedStateMachine):
                 for index in sorted(marun.alive):
                     self.a_rank_exits(marun.index, index, 0)
         job = self.job.job
-        codes = {m.index: m.code for m in self.maruns if m not in self.interrupted}
+        for m in self.maruns:
+            member = job.members.get((m.index, 0))
+            if member is not None and member.lost_place is not None and member.place is None:
+                holders.add(m)  # its place went to a spare: told to stop, its own code
+        own = self.interrupted | self.left | holders
+        codes = {m.index: m.code for m in self.maruns if m not in own}
+        for m in self.left & set(self.maruns):  # left a live job: its own code; else the job's
+            assert m.code in (job.exit_code, m.own), (m.index, m.code, m.own, job.exit_code)
         assert all(code is not None for code in codes.values()), (
             f"maruns still running {SETTLE:g}s after they were let run: {codes}, job {job.phase}"
         )
@@ -480,9 +572,32 @@ class WholeJob(RuleBasedStateMachine):
         assert report["exit_code"] == job.exit_code and report["round"] == len(job.rounds)
 
 
+class WholeJobWithSpares(WholeJob):
+    """The same job with hot spares (marun.job.spares): 3 places and 1 spare; every marun
+    waits for its place before its node machine exists."""
+
+    nodes, spares = NODES + 1, 1
+
+    @invariant()
+    def each_place_has_one_node(self) -> None:
+        if hasattr(self, "job"):
+            places = self.job.job.places
+            assert len(set(places.values())) == len(places) == NODES
+            holding = [m.place for m in self.job.job.members.values() if m.place is not None]
+            assert len(holding) == len(set(holding)), holding
+
+
 def run_whole_job(examples: int, steps: int) -> None:
     run_interleavings(examples, steps, WholeJob)
 
 
+def run_whole_job_with_spares(examples: int, steps: int) -> None:
+    run_interleavings(examples, steps, WholeJobWithSpares)
+
+
 def test_the_whole_job_in_every_interleaving() -> None:
     run_whole_job(int(os.environ.get("MARUN_PROPERTY_EXAMPLES", "200")), steps=30)
+
+
+def test_the_whole_job_with_a_spare_in_every_interleaving() -> None:
+    run_whole_job_with_spares(int(os.environ.get("MARUN_PROPERTY_EXAMPLES", "200")), steps=30)

@@ -15,11 +15,9 @@ from marun.runtime.joblink import JobEvent
 from marun.runtime.node_actions import (
     Emit,
     NodeAction,
-    PickPorts,
     ReportFailure,
     ReportStopped,
     Restart,
-    Say,
     SignalAll,
     SignalRound,
     StartRound,
@@ -32,13 +30,13 @@ from marun.runtime.result import JobRecord, ProcessRecord
 WALL = 1.7e9
 
 
-def _machine(coordinated: bool, ranks: int = 2, **options: object) -> NodeMachine:
+def _machine(ranks: int = 2, **options: object) -> NodeMachine:
     records = [
         ProcessRecord(ProcessSpec(f"rank{r}", ("t",), {}, "/w", "/l", rank=r), deque())
         for r in range(ranks)
     ]
     job = JobRecord("pytorch", 1, "h1", records)
-    return NodeMachine(job, Supervision(grace_period=5.0, **options), coordinated, 0.0)  # type: ignore[arg-type]
+    return NodeMachine(job, Supervision(grace_period=5.0, **options), 0.0)  # type: ignore[arg-type]
 
 
 def _started(m: NodeMachine, actions: list[NodeAction], now: float) -> list[NodeAction]:
@@ -62,16 +60,15 @@ def _kinds(actions: list[NodeAction]) -> list[str]:
     return [type(a).__name__ for a in actions if not isinstance(a, Emit)]
 
 
-def test_a_lone_node_starts_at_once_and_a_coordinated_one_waits_for_node_0() -> None:
-    lone, coordinated = _machine(False), _machine(True)
-    assert _kinds(lone.begin(0.0, WALL, None)) == ["StartRound"]
-    assert coordinated.begin(0.0, WALL, None) == [] and coordinated.phase is Phase.ARRIVING
-    out = coordinated.heard([JobEvent("start", 0)], 1.0, WALL)
-    assert _kinds(out) == ["StartRound"] and coordinated.phase is Phase.RUNNING
+def test_a_node_starts_nothing_before_the_job_says_start() -> None:
+    m = _machine()
+    assert m.begin(0.0, WALL, None) == [] and m.phase is Phase.ARRIVING
+    out = m.heard([JobEvent("start", 0)], 1.0, WALL)
+    assert _kinds(out) == ["StartRound"] and m.phase is Phase.RUNNING
 
 
 def test_a_stop_signal_in_a_rounds_stop_barrier_ends_the_node_and_tells_node_0() -> None:
-    m = _machine(True, max_restarts=3)
+    m = _machine(max_restarts=3)
     _started(m, m.heard([JobEvent("start", 0)], 0.0, WALL), 0.0)
     out = _exit(m, 0, 3, 10.0)
     assert m.phase is Phase.RESTARTING and any(isinstance(a, SignalRound) for a in out)
@@ -87,7 +84,7 @@ def test_a_stop_signal_in_a_rounds_stop_barrier_ends_the_node_and_tells_node_0()
 
 
 def test_the_round_barrier_waits_for_every_rank_and_kills_after_the_grace_period() -> None:
-    m = _machine(True, max_restarts=1, round_ports=("MASTER_PORT",))
+    m = _machine(max_restarts=1, round_ports=("MASTER_PORT",))
     _started(m, m.heard([JobEvent("start", 0)], 0.0, WALL), 0.0)
     _exit(m, 0, 1, 1.0)
     m.heard([JobEvent("restart", 1, Failure(node=1, rank=0, exit_code=1))], 1.1, WALL)
@@ -105,32 +102,19 @@ def test_the_round_barrier_waits_for_every_rank_and_kills_after_the_grace_period
     assert spec.env["MASTER_PORT"] == "29501"
 
 
-def test_a_lone_node_applies_the_round_rule_itself_and_says_the_round() -> None:
-    m = _machine(False, max_restarts=1, quick_failure=0.0)
-    _started(m, m.begin(0.0, WALL, None), 0.0)
-    _exit(m, 1, 3, 5.0)
-    assert m.phase is Phase.RESTARTING and m.target == 1
-    out = m.tick(5.5, True, ())
-    assert out == [PickPorts(1)]
-    said = _started(m, m.ports_picked(1, {}, 5.6, WALL), 5.7)
-    assert any(isinstance(a, Say) and "round 1/1" in a.text for a in said)
-    _exit(m, 0, 3, 9.0)  # no round left: the job fails with the rank's code
-    assert m.phase is Phase.STOPPING and m.job.exit_code == 3
-
-
 def test_a_process_restarted_on_failure_counts_as_running_until_it_starts_again() -> None:
-    m = _machine(False, ranks=1, recovery_restarts=1, recovery_wait=1.0)
+    m = _machine(ranks=1, recovery_restarts=1, recovery_wait=1.0)
     m.records[0].spec = m.records[0].spec.__class__(
         "w", ("t",), {}, "/w", "/l", rank=0, restart_on_failure=True
     )
-    _started(m, m.begin(0.0, WALL, None), 0.0)
+    _started(m, m.heard([JobEvent("start", 0)], 0.0, WALL), 0.0)
     assert _kinds(_exit(m, 0, 3, 1.0)) == []  # scheduled, not a failure
     out = m.tick(2.5, True)
     assert Restart(0) in out and m.phase is Phase.RUNNING  # not "every process ended"
 
 
 def test_node_0_s_stop_while_arriving_ends_the_node_with_the_job_s_code() -> None:
-    m = _machine(True)
+    m = _machine()
     out = m.heard([JobEvent("stop", 1, Failure(node=2, exit_code=1, why="lost"))], 1.0, WALL)
     assert m.phase is Phase.STOPPING and m.job.exit_code == 1 and SignalAll(signal.SIGTERM) in out
     assert m.job_stop is not None and m.job_stop.failure is not None

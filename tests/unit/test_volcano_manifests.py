@@ -122,21 +122,23 @@ def _fatal_codes(spec: dict[str, Any]) -> set[int]:
 
 def _policy_problems(job: dict[str, Any]) -> list[str]:
     """Where Volcano would not do with marun's exit codes what they mean: exit 2 (bad input) and
-    the pod's fatal_exit_codes abort the job, every other failure and an eviction restart it."""
+    the pod's fatal_exit_codes abort the job, every other failure and an eviction restart it
+    (with hot spares, MARUN_SPARES: the pod alone, whose place went to a spare)."""
     check_policies(job["spec"].get("policies") or [])
     problems = []
     for task in job["spec"]["tasks"]:
         name, spec = str(task["name"]), task["template"]["spec"]
         check_policies(task.get("policies") or [])
         fatal = _fatal_codes(spec)
+        restart = "RestartPod" if int(_env(spec).get("MARUN_SPARES", "0") or 0) else "RestartJob"
         wanted = {code: "AbortJob" for code in {BAD_INPUT, *fatal}}
-        wanted.update({code: "RestartJob" for code in set(FAILURES) - fatal})
+        wanted.update({code: restart for code in set(FAILURES) - fatal})
         for code, want in sorted(wanted.items()):
             got = failed(job, name, code)
             if got != want:
                 problems.append(f"{name}: exit {code} -> {got}, expected {want}")
         # An evicted pod (a node drained, memory pressure) is no failure of the job's own.
-        if action(job, name, POD_EVICTED) != "RestartJob":
+        if action(job, name, POD_EVICTED) != restart:
             problems.append(f"{name}: PodEvicted -> {action(job, name, POD_EVICTED)}")
     return problems
 

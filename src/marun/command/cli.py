@@ -39,6 +39,7 @@ from marun.command.options import (
     ProgressTimeoutOpt,
     RecoveryRestartsOpt,
     RecoveryWaitOpt,
+    SparesOpt,
     StandaloneOpt,
     SuperviseOpt,
     TfChiefOpt,
@@ -121,6 +122,7 @@ def plan(
     console_ranks: ConsoleRanksOpt = None,
     grace_period: GraceOpt = None,
     max_restarts: MaxRestartsOpt = None,
+    spares: SparesOpt = None,
     fatal_exit_codes: FatalCodesOpt = None,
     preload: PreloadOpt = None,
     recovery_restarts: RecoveryRestartsOpt = None,
@@ -177,6 +179,7 @@ def run(
     console_ranks: ConsoleRanksOpt = None,
     grace_period: GraceOpt = None,
     max_restarts: MaxRestartsOpt = None,
+    spares: SparesOpt = None,
     fatal_exit_codes: FatalCodesOpt = None,
     preload: PreloadOpt = None,
     recovery_restarts: RecoveryRestartsOpt = None,
@@ -234,6 +237,7 @@ def simulate(
     console_ranks: ConsoleRanksOpt = None,
     grace_period: GraceOpt = None,
     max_restarts: MaxRestartsOpt = None,
+    spares: SparesOpt = None,
     show_plan: Annotated[
         bool,
         typer.Option(

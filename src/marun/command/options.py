@@ -149,6 +149,15 @@ MaxRestartsOpt = Annotated[
         " ranks and starts them again, up to N times (default 0: the first failure ends the job)",
     ),
 ]
+SparesOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--spares",
+        metavar="K",
+        help="hot spares: of the platform's nodes the last K start nothing and wait; a lost"
+        " node's place goes to one in the next restart round (needs --max-restarts; pytorch mode)",
+    ),
+]
 FatalCodesOpt = Annotated[
     Optional[str],
     typer.Option(

@@ -108,6 +108,9 @@ class Settings:
     max_restarts: int = 0
     fatal_exit_codes: tuple[str, ...] = ()  # exit codes that end the job without a round
     quick_failure: float = 30.0  # a failure this soon after its round's start, twice: the end
+    # hot spares (docs/supervision.md, "Hot spares"): of the platform's N+K nodes, the last K
+    # start nothing and wait; a lost node's place goes to one in the next restart round
+    spares: int = 0
     # MindSpore process-level recovery (MS_ENABLE_RECOVERY=1): restarts per process
     # warm restarts (docs/warm-restarts.md): modules a spare interpreter per rank imports while
     # it waits to become the rank of the next restart round; empty: off
@@ -132,6 +135,7 @@ INT_RANGES: Mapping[str, tuple[int, int]] = {
     "ms_topo_timeout": (1, int(MAX_SECONDS)),  # seconds, as every time-out: up to a year
     "sshd_port": (1, PORT_MAX),
     "max_restarts": (0, 1_000_000),
+    "spares": (0, MAX_NODES - 1),
     "recovery_restarts": (0, 1_000_000),
     "ms_server_num": (0, 1024),
     "ms_cert_expire_warning_days": (0, 36_500),

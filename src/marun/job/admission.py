@@ -6,7 +6,7 @@ and a node lost or back. The job's phases: marun.job.phases."""
 from __future__ import annotations
 
 from marun.exit_codes import LOST_EXIT
-from marun.job import preflight_barrier, round_barrier
+from marun.job import preflight_barrier, round_barrier, spares
 from marun.job.actions import Announce, Bind, Drop, Handle, Key, Refuse, TurnAway
 from marun.job.job_state import JobState
 from marun.job.messages import Done, Hello, Restart, Start, Welcome
@@ -88,6 +88,7 @@ def _take_in(job: JobState, handle: Handle, address: str, msg: Hello) -> MemberS
         last_seen_wall=job.wall,
         conn=handle,
         daemons_only=msg.daemons_only,
+        place=spares.place_of_arrival(job, msg.node),
     )
     job.members[(msg.node, msg.slot)] = member  # counted per node (marun.job.roster)
     job.log("node_arrived", node=msg.node, slot=msg.slot, host=member.host)
@@ -101,6 +102,8 @@ def _nodes_up(job: JobState) -> None:
     of the job, the last, and any other after ANNOUNCE_GAP without one (a line per node of
     1,024 says nothing more)."""
     up, nodes = job.members.complete, job.coord.nodes
+    if nodes == 1:
+        return  # (a job of one node: nothing to count)
     step = max(1, nodes // 10)
     last = job.announced_at
     if up == nodes or up % step == 0 or last is None or job.now - last >= ANNOUNCE_GAP:
@@ -122,7 +125,10 @@ def _welcome(job: JobState, member: MemberState) -> None:
         if member.stopped_round < job.round:  # it may not have heard (a reconnection)
             job.send(member, Restart(job.round, round_barrier.round_cause(job)))
     elif job.start_sent:
-        job.send(member, round_barrier.start_of_round(job))
+        if not spares.on(job):
+            job.send(member, round_barrier.start_of_round(job))
+        elif member.place is not None:  # (a spare hears of nothing until it has a place)
+            spares.send_place(job, member, round_barrier.start_of_round(job))
     elif all_present(job):
         open_barrier(job)
 
@@ -140,10 +146,7 @@ def open_barrier(job: JobState, *, timed_out: bool = False) -> None:
     job.start_at = job.now
     job.enter(JobPhase.RUNNING)
     job.log("job_start", nodes=job.coord.nodes)
-    if notes:
-        job.broadcast(Start(0, {}, tuple(notes)))
-    else:
-        job.broadcast(Start(0, {}))
+    spares.send_start(job, Start(0, {}, tuple(notes)) if notes else Start(0, {}))
 
 
 def all_present(job: JobState) -> bool:
@@ -171,6 +174,12 @@ def _came_back(job: JobState, key: Key, msg: Hello, old: MemberState | None) -> 
     if old is not None and job.phase is JobPhase.GATHERING:
         job.log("node_replaced", "warning", node=key[0], slot=key[1], host=host)
         old.ended = old.outcome = old.exit_code = None
+        return
+    if old is not None and old.place is None and spares.on(job):
+        # Its place went to a spare (or it never had one): the new marun is a spare.
+        old.ended = old.outcome = old.exit_code = None
+        old.released = False
+        job.log("spare_arrived", "info", node=key[0], host=host)
         return
     why = f"node {node} came back after the start: its earlier marun was lost"
     if old is not None and round_barrier.rejoin(job, key, ran=msg.started):
@@ -224,7 +233,9 @@ def lost(job: JobState, member: MemberState, why: str = "") -> None:
         why=f"node {member.node} ({member.host}) lost: "
         + (why or f"no word from its marun for {job.coord.peer_timeout:g}s"),
     )
-    if job.stopped is None and job.phase is not JobPhase.RESTARTING:
+    if member.place is None and spares.on(job):
+        job.log("spare_lost", "warning", node=member.node, host=member.host)  # no place: no round
+    elif job.stopped is None and job.phase is not JobPhase.RESTARTING:
         unrestarted = round_barrier.restart(job, LOST_EXIT, failure, None)
         if unrestarted is not None:
             job.stop(LOST_EXIT, unrestarted)
@@ -241,3 +252,5 @@ def back(job: JobState, member: MemberState) -> None:
     one round)."""
     member.ended = member.outcome = None
     job.log("node_back", "warning", node=member.node, slot=member.slot, host=member.host)
+    if member.lost_place is not None and member.place is None:
+        spares.dismiss(job, member)  # its place went to a spare: its ranks must not run on

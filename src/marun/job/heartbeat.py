@@ -73,7 +73,7 @@ class Backoff:
     jittered. One turned away (another job's marun on the port, a marun too many for this node,
     another protocol version) waits twice as long each time, up to MAX_RETRY, so that a member
     turned away costs node 0 next to nothing. One welcomed and then dropped (a network blip)
-    is tried again at once: node 0 counts a node lost 2 s after its drop."""
+    is tried again at once: node 0 counts a node lost 1.5 s after its drop."""
 
     FIRST_RETRY = 0.5
     MAX_RETRY = 5.0

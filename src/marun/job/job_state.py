@@ -6,7 +6,7 @@ marun.job.machine before each event."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from marun.job.actions import Action, Broadcast, Key, Log, Send
@@ -33,11 +33,15 @@ class RoundRecord:
     stopped_at: float | None = None
     running_at: float | None = None
     ranks: int | None = None
+    # hot spares (marun.job.spares): each place a spare took in this round
+    substitutions: list[dict[str, Any]] = field(default_factory=list)
 
     def to_wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {"round": self.round, "cause": self.cause.to_wire()}
         if self.stacks:
             out["stacks"] = self.stacks
+        if self.substitutions:
+            out["substitutions"] = list(self.substitutions)
         for key in ("detected_at", "stopped_at", "running_at"):
             value = getattr(self, key)
             out[key] = None if value is None else round(value, 3)
@@ -55,8 +59,13 @@ class JobState:
         now: float,
         wall: float,
         preflight: str = "off",
+        fail_fast: bool = True,
     ) -> None:
         self.coord = coord
+        # off: a failure no round follows does not stop the job; its nodes end on their own and
+        # the first failure's code is the job's (a simulator's outer job of `marun run`s, which
+        # stop one another as one job: marun.sim.shared.outer_supervision)
+        self.fail_fast = fail_fast
         self.instance = instance  # the coordinator's: a restarted node 0 has another
         self.members = Roster(coord.slots)
         self.bound: dict[Any, Key] = {}  # connection -> the member its hello was taken for
@@ -81,6 +90,8 @@ class JobState:
         self.rounds: list[RoundRecord] = []  # job.json's records, one per round
         self.round_since = 0.0
         self.round_failure = Failure()  # the job's failure if the round cannot start
+        # hot spares (marun.job.spares): place -> the node that holds it
+        self.places = {i: i for i in range(coord.nodes - coord.spares)}
         # the preflight at the start barrier (marun.job.preflight_barrier); "off": none
         self.preflight = preflight
         self.pf_reports: dict[int, Any] = {}  # node -> marun.preflight.result.NodeReport

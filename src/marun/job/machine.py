@@ -11,7 +11,7 @@ marun.job.admission; restart rounds: marun.job.round_barrier.
 from __future__ import annotations
 
 from marun.exit_codes import HANG_EXIT, LOST_EXIT
-from marun.job import admission, preflight_barrier, round_barrier
+from marun.job import admission, preflight_barrier, round_barrier, spares
 from marun.job.actions import Action, Announce, Handle, Key, Refuse, WriteReport
 from marun.job.hang import describe_stacks
 from marun.job.job_state import JobState
@@ -30,6 +30,7 @@ from marun.job.messages import (
     Stopped,
 )
 from marun.job.phases import JobPhase
+from marun.job.roster import MemberState
 from marun.plan.coordination import HEARTBEAT, Coordination
 from marun.runtime.failure import Failure
 from marun.runtime.round_rule import RoundRule
@@ -38,7 +39,7 @@ DUMP_WAIT = 15.0  # seconds the watchdog waits for every node's stacks
 STALL = 3 * HEARTBEAT  # a gap this long between two looks: node 0's marun was not running
 # After the start, a member whose connection closed without its `end` is lost this long after,
 # unless its marun reconnects meanwhile (a member reconnects at once after a drop).
-CLOSED_LOST = 2.0
+CLOSED_LOST = 1.5  # (a member dropped after its welcome tries again at once, then every 0.5 s)
 LATE_WAIT = 3.0  # after a stop, how long a node not (or no longer) present is waited for
 
 
@@ -53,8 +54,11 @@ class JobMachine:
         now: float,
         wall: float,
         preflight: str = "off",
+        fail_fast: bool = True,
     ) -> None:
-        self.job = JobState(coord, instance, rule, dict(ports or {}), now, wall, preflight)
+        self.job = JobState(
+            coord, instance, rule, dict(ports or {}), now, wall, preflight, fail_fast
+        )
 
     def _clock(self, now: float, wall: float) -> None:
         self.job.now, self.job.wall = now, wall
@@ -98,7 +102,7 @@ class JobMachine:
             if msg.progress is not None:
                 self._progress_of(key, msg.progress)
         elif isinstance(msg, FailureSaid):
-            self._failure(msg.failure, msg.round, msg.uptime)
+            self._failure(msg.failure, msg.round, msg.uptime, member)
         elif isinstance(msg, Stopped):
             member.stopped_round = max(member.stopped_round, msg.round)
             round_barrier.check_round(job)
@@ -194,6 +198,9 @@ class JobMachine:
         job = self.job
         m = job.members[key]
         m.ended, m.outcome, m.exit_code = job.wall, msg.outcome, msg.exit_code
+        if m.place is None and spares.on(job) and job.phase is not JobPhase.GATHERING:
+            spares.left(job, m)  # a spare, or a node whose place went to one: not waited for
+            return
         if job.phase is JobPhase.GATHERING:
             # It ended before the job started (its marun was stopped while waiting): the job
             # cannot start without it.
@@ -204,12 +211,26 @@ class JobMachine:
             )
             job.stop(code, Failure(node=key[0], host=m.host, exit_code=code, why=why))
 
-    def _failure(self, failure: Failure, round_: int | None, uptime: float | None) -> None:
+    def _failure(
+        self, failure: Failure, round_: int | None, uptime: float | None, member: MemberState
+    ) -> None:
         job = self.job
+        if failure.stop_signal and member.place is None and job.start_sent and spares.on(job):
+            # A spare (it holds no place) told to stop: it leaves; the job goes on.
+            job.log("spare_stopped", "warning", node=member.node, signal=failure.stop_signal)
+            return
         if failure.stop_signal:
             # A node's marun was told to stop (its pod deleted, a user's ^C): the job ends with
             # 128+N in every phase, a round's barrier included; it never starts a round, and no
             # round waits for the signalled node (docs/supervision.md, "Signals").
+            if len(job.members) == job.expected and all(
+                m.daemons_only for m in job.members.values()
+            ):
+                # A job of daemons alone (a lone TF parameter server, or sshd) has no end of its
+                # own: a stop signal is how it ends, with 0.
+                job.stop_daemons()
+                job.exit_code = 0
+                return
             job.stop(failure.code, failure)
             return
         if job.stopped is not None or job.phase is JobPhase.RESTARTING:
@@ -217,8 +238,12 @@ class JobMachine:
         if round_ is not None and round_ != job.round:
             return  # said in a round that is over
         unrestarted = round_barrier.restart(job, failure.code, failure, uptime)
-        if unrestarted is not None:
+        if unrestarted is None:
+            return
+        if job.fail_fast:
             job.stop(failure.code, unrestarted)
+        elif job.first_failure is None:
+            job.first_failure, job.exit_code = unrestarted, failure.code
 
     def _find_lost(self) -> None:
         job = self.job
@@ -302,14 +327,20 @@ class JobMachine:
             # hears the stop instead of giving up on node 0 after peer_timeout.
             return
         pending = [m for m in job.members.values() if m.ended is None]
+        if pending and spares.on(job) and all(m.place is None for m in pending):
+            spares.release(job)  # every place's node has ended: the spares hear the end
+            return
         if pending and job.stopped is None:
-            if all(m.daemons_only for m in pending):
+            # (a job of daemons alone has no worker whose end ends them)
+            workers = any(not m.daemons_only for m in job.members.values())
+            if workers and all(m.daemons_only for m in pending):
                 job.stop_daemons()  # TF parameter servers end when the job is done
             return
         if pending:
             return
         job.enter(JobPhase.DONE)
         if job.exit_code is None:
-            job.exit_code = next((m.exit_code for m in job.members.values() if m.exit_code), 0)
+            # (the nodes that hold a place: a spare's own end is not the job's)
+            job.exit_code = next((m.exit_code for m in spares.holders(job) if m.exit_code), 0)
         job.actions.append(WriteReport())  # before `done`: a node that ends on it finds job.json
         job.broadcast(Done(job.exit_code))

@@ -147,6 +147,9 @@ class Member:
         # From the relay's pump threads: one assignment of a float, atomic under the GIL.
         self._last_activity = time.monotonic()
 
+    def settled(self) -> None:
+        """(Everything a member needs was loaded before it connected.)"""
+
     def report_failure(self, failure: Failure, uptime: float | None = None) -> None:
         # The round is this link's (node 0's numbering); `uptime`, the supervisor's.
         mine = failure.but(node=self.coord.index, host=self._host)
@@ -185,6 +188,21 @@ class Member:
         if not done or code is None:
             return exit_code
         return code
+
+    def wait_for_place(self, signalled: Callable[[], int | None]) -> JobEvent | None:
+        """Hot spares (marun.plan.spares): wait until node 0 gives this node its place (a
+        `place` event), or stops the job before it did (a `stop` event), or a stop signal came
+        (`signalled()` says its number: None returned). What else node 0 says meanwhile (a
+        round's `restart`, a dump) is not for a node without processes: dropped. The wake pipe
+        is left readable: what follows the place (its round's `start`) wakes the supervisor."""
+        while signalled() is None:
+            try:
+                event = self._events.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if event.kind in ("place", "stop"):
+                return event
+        return None
 
     @property
     def phase(self) -> MemberPhase:

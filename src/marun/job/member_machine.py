@@ -14,6 +14,7 @@ from marun.job.messages import (
     Done,
     Dump,
     LeaderMessage,
+    Place,
     Probe,
     Refused,
     Restart,
@@ -130,8 +131,16 @@ class MemberMachine:
             self._last_heard = max(self._last_heard, now)
             self._give_up += gap
         clashed = bool(self.clash) and not self.leader_instance
-        if self.phase is MemberPhase.WAITING and (
-            now >= self._give_up or (clashed and now - self._began >= self.coord.arrival_timeout)
+        # With hot spares a node's `start` may never come (a spare waits for a place for as long
+        # as the job runs): once welcomed, node 0's own word (its heartbeats, its stop) decides.
+        spare = self.coord.spares > 0 and bool(self.leader_instance)
+        if (
+            self.phase is MemberPhase.WAITING
+            and not spare
+            and (
+                now >= self._give_up
+                or (clashed and now - self._began >= self.coord.arrival_timeout)
+            )
         ):
             self.stop_event = self._lost_leader("before the start")
             self._push(self.stop_event)
@@ -184,7 +193,8 @@ class MemberMachine:
                 self._enter(MemberPhase.RESTARTING)
             self._push(JobEvent("restart", self.round, msg.cause))
         elif isinstance(msg, StopJob):
-            if self.stop_event is None:
+            # (DONE first: a spare told `done` as it left, before the job's stop went out)
+            if self.stop_event is None and self.phase is not MemberPhase.DONE:
                 self.stop_event = JobEvent("stop", msg.code, msg.failure)
                 self._enter(MemberPhase.STOPPING)
                 self._push(self.stop_event)
@@ -194,6 +204,8 @@ class MemberMachine:
         elif isinstance(msg, Done):
             self.done_code = msg.code
             self._enter(MemberPhase.DONE)
+        elif isinstance(msg, Place):
+            self._push(JobEvent("place", msg.place))  # (marun.launch's wait for a place)
         return self._taken()
 
     # -- the rules --------------------------------------------------------------------------

@@ -320,6 +320,19 @@ class Done:
 
 
 @dataclass(frozen=True)
+class Place:
+    """Hot spares (marun.plan.spares): the place this node's processes are planned for (sent
+    before its first `start`; a spare hears it when a lost node's place becomes its own)."""
+
+    place: int
+
+    KIND: ClassVar[str] = "place"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"place": self.place}
+
+
+@dataclass(frozen=True)
 class LeaderBeat:
     KIND: ClassVar[str] = "hb"
 
@@ -327,7 +340,9 @@ class LeaderBeat:
         return {}
 
 
-LeaderMessage = Union[Welcome, Refused, Start, Restart, StopJob, Dump, Done, LeaderBeat, Probe]
+LeaderMessage = Union[
+    Welcome, Refused, Start, Restart, StopJob, Dump, Done, LeaderBeat, Probe, Place
+]
 
 
 def _ports(value: object) -> dict[str, str]:
@@ -366,6 +381,8 @@ def leader_message(body: Mapping[str, Any]) -> LeaderMessage | None:
         return Done(int(body.get("code", 0)))
     if kind == "hb":
         return LeaderBeat()
+    if kind == "place":
+        return Place(int(body.get("place", 0)))
     if kind == "probe":
         from marun.preflight.result import NodeReport
 

@@ -31,7 +31,7 @@ _MAC_HEX = 64  # HMAC-SHA256, in hex
 # The wire's version, in node 0's challenge and every member's hello: a marun of another
 # version is refused at its hello with one line naming both (the maruns before part 18 sent
 # none: version 1). Raise it with any change a marun of the version before would misread.
-PROTOCOL = 2
+PROTOCOL = 3  # 3: hot spares' `place`
 
 # What each message's fields must be, beyond job/node/slot/type/peer/seq (every other field is
 # ignored). A signed line with a field of another type is refused like a forged one: without a
@@ -56,6 +56,7 @@ FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "dump": {"sample": (bool,)},
     "stop": {"code": (int,), "failure": (dict, type(None))},
     "done": {"code": (int,)},
+    "place": {"place": (int,)},
     "refused": {"why": (str,)},
 }  # fmt: skip
 

@@ -41,6 +41,10 @@ class MemberState:
     stopped_round: int = 0
     running_round: int = 0
     ranks: int = 0
+    # hot spares (marun.job.spares): the place its processes are planned for; None: a spare
+    place: int | None = None
+    released: bool = False  # a spare told the job's end (marun.job.spares.release)
+    lost_place: int | None = None  # the place it held when a spare took it
 
 
 class Roster(MutableMapping[Key, MemberState]):

@@ -11,6 +11,7 @@ The phase goes RUNNING (or DUMPING) -> RESTARTING -> RUNNING: the one cycle in m
 from __future__ import annotations
 
 from marun.exit_codes import LOST_EXIT, failure_exit
+from marun.job import spares
 from marun.job.actions import Announce, Key
 from marun.job.job_state import JobState, RoundRecord
 from marun.job.messages import Restart, Start
@@ -26,7 +27,7 @@ def restart(job: JobState, code: int, failure: Failure, uptime: float | None) ->
     if job.rule is None or job.phase not in (JobPhase.RUNNING, JobPhase.DUMPING):
         return failure
     finished = next(
-        (m for m in job.members.values() if m.outcome == "succeeded" and not m.daemons_only),
+        (m for m in spares.holders(job) if m.outcome == "succeeded" and not m.daemons_only),
         None,
     )
     if finished is not None:
@@ -94,16 +95,21 @@ def check_round(job: JobState) -> None:
     if leader is None or leader.ended is not None:
         _failed(job, f"node {job.coord.leader}'s marun ended during the round")
         return
-    finished = next((m for m in job.members.values() if m.outcome == "succeeded"), None)
+    finished = next((m for m in spares.holders(job) if m.outcome == "succeeded"), None)
     if finished is not None:  # it will not come back for the round: no point waiting
         _failed(
             job,
             f"node {finished.node}'s ranks finished during the round: a round needs every node's",
         )
         return
+    if spares.on(job):
+        spares.substitute(job)  # a lost node's place to a free spare (counted at once)
+        nodes = [job.places[p] for p in range(spares.places(job))]
+    else:
+        nodes = list(range(job.coord.nodes))
     waiting = [
         f"node {n} slot {s}" if job.coord.slots > 1 else f"node {n}"
-        for n in range(job.coord.nodes)
+        for n in nodes
         for s in range(job.coord.slots)
         if not _stopped_for_round(job, (n, s))
     ]
@@ -143,7 +149,7 @@ def _start(job: JobState) -> None:
         member.last_seen = job.now  # a node's silence counts from the round's start
     job.enter(JobPhase.RUNNING)  # the cycle's way back (marun.job.phases)
     job.log("job_round_start", round=job.round, ports=job.round_ports)
-    job.broadcast(start_of_round(job))
+    spares.send_start(job, start_of_round(job))
 
 
 def on_running(job: JobState, member: MemberState, round_: int, ranks: int) -> None:
@@ -154,10 +160,11 @@ def on_running(job: JobState, member: MemberState, round_: int, ranks: int) -> N
     record = job.rounds[-1]
     if record.running_at is not None:
         return
-    if any(m.running_round < round_ or m.ended is not None for m in job.members.values()):
+    holding = spares.holders(job)
+    if any(m.running_round < round_ or m.ended is not None for m in holding):
         return
     record.running_at = job.wall
-    record.ranks = sum(m.ranks for m in job.members.values())
+    record.ranks = sum(m.ranks for m in holding)
     took = record.running_at - record.detected_at
     budget = job.rule.budget if job.rule is not None else 0
     job.actions.append(

@@ -63,6 +63,8 @@ class Coordination:
     progress_timeout: float | None = None  # no step while ranks print: a hang (marun.progress)
     auth: str = "none"  # token (MARUN_JOB_TOKEN), ssh-key (Volcano's ssh secret) or none
     ssh_key: str | None = None  # Volcano's private key, the secret's source, when auth is ssh-key
+    # hot spares (marun.plan.spares): of `nodes`, this many wait for a lost node's place
+    spares: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -81,6 +83,7 @@ class Coordination:
             "progress_timeout": self.progress_timeout,
             "auth": self.auth,
             "ssh_key": self.ssh_key,
+            **({"spares": self.spares} if self.spares else {}),  # (a plan without: as before)
         }
 
     def describe(self) -> str:
@@ -115,4 +118,5 @@ def coordination_from_dict(data: Mapping[str, Any]) -> Coordination:
         progress_timeout=None if steps is None else float(steps),
         auth=str(data.get("auth", "none")),
         ssh_key=None if data.get("ssh_key") is None else str(data["ssh_key"]),
+        spares=int(data.get("spares", 0)),
     )

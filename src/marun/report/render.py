@@ -27,6 +27,15 @@ def _failure_lines(failure: dict[str, Any] | None) -> list[str]:
     return out + [f"  | {line}" for line in failure["tail"]]
 
 
+def _substitution_lines(r: dict[str, Any]) -> list[str]:
+    """Hot spares: each place a spare took in the round."""
+    return [
+        f"  spare node {sub.get('spare')} ({sub.get('spare_host')}) took node {sub.get('lost')}'s"
+        f" place ({sub.get('lost_host')}), place {sub.get('place')}"
+        for sub in r.get("substitutions") or []
+    ]
+
+
 def render_text(summary: dict[str, Any]) -> str:
     """Outcome, first failure (and its last lines), rounds, phases, nodes, files: one line
     each."""
@@ -53,7 +62,7 @@ def render_text(summary: dict[str, Any]) -> str:
             )
         elif r["at"] is not None:
             line += f": started at +{_s(r['at'])}"
-        out.append(line)
+        out += [line, *_substitution_lines(r)]
     ph = summary["phases"]
     arrival = f"arrival {_s(ph['arrival']['seconds'])}"
     if ph["arrival"]["slowest_node"] is not None:

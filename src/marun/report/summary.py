@@ -111,6 +111,10 @@ def _rounds(found: Found, started: float | None) -> list[dict[str, Any]]:
                 "stopped_after": seconds_between(time_of(r.get("stopped_at")), detected),
                 "running_after": seconds_between(time_of(r.get("running_at")), detected),
                 "ranks": r.get("ranks"),
+                # hot spares: each place a spare took in this round (job.json)
+                "substitutions": [
+                    sub for sub in r.get("substitutions") or [] if isinstance(sub, dict)
+                ],
             }
         )
     return out

@@ -142,7 +142,7 @@ def node_console(plan: LaunchPlan, node: NodePlan) -> Console:
     return console
 
 
-def execute(plan: LaunchPlan, open_link: LinkOpener | None = None) -> int:
+def execute(plan: LaunchPlan, open_link: LinkOpener) -> int:
     """Run this node's plan and return marun's exit code.
 
     A plan of exactly one non-daemon process is exec'd (marun becomes it) unless its supervision
@@ -169,19 +169,16 @@ def execute(plan: LaunchPlan, open_link: LinkOpener | None = None) -> int:
     from marun.runtime.supervisor import Supervisor
 
     early_signals.hold()  # a stop signal now is the supervisor's to act on (early_signals)
-    link = None
-    if plan.coordination is not None:
-        if open_link is None:
-            raise MarunError("a coordinated plan, and no way to join the job's other nodes")
-        link = open_link(plan)
+    # The job: node 0's (a coordinated plan), or this node's own (marun.launch.open_link).
+    link = open_link(plan)
     # Built first: what it refuses (a cwd or log it cannot create) is refused before any write.
     # marun simulate runs every node's marun on one console: it says so, and only node 0 then
     # prints the job's first failure with its last lines (the others, one line each).
     shared = os.environ.get("MARUN_SHARED_CONSOLE") == "1"
     console = node_console(plan, node)
-    if link is not None and console.progress is not None:
+    if console.progress is not None:
         link.watch_progress(console.progress.report)  # each heartbeat carries the steps
-    supervisor = Supervisor(plan, node, console=console, link=link, shared_console=shared)
+    supervisor = Supervisor(plan, node, link, console=console, shared_console=shared)
     write_files(node.files)
     write_plan_record(plan, node)
     return supervisor.run()

@@ -42,6 +42,10 @@ class JobLink(Protocol):
         the ranks not shown (marun.runtime.direct_log): it must be cheap and safe from any
         thread."""
 
+    def settled(self) -> None:
+        """The node's first processes are started: what the link would rather not do on the way
+        to them (imports) it may do now, before a failure needs it."""
+
     def report_failure(self, failure: Failure, uptime: float | None = None) -> None:
         """A failure on this node (the link adds the node and host); `uptime`: seconds since
         its round's start (None: not a rank's end)."""

@@ -103,14 +103,6 @@ class RequestStacks:
 
 
 @dataclass(frozen=True)
-class PickPorts:
-    """A job of one node: pick round `round`'s ports on this node (a bind probe), then tell the
-    machine `ports_picked`."""
-
-    round: int
-
-
-@dataclass(frozen=True)
 class ReportLeft:
     """Processes outlived SIGKILL: say which."""
 
@@ -122,13 +114,6 @@ class Emit:
     event: str
     level: str = "info"
     fields: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Say:
-    """A line on marun's stderr."""
-
-    text: str
 
 
 NodeAction = Union[
@@ -145,10 +130,8 @@ NodeAction = Union[
     ReportRunning,
     Activity,
     RequestStacks,
-    PickPorts,
     ReportLeft,
     Emit,
-    Say,
 ]
 
 

@@ -5,8 +5,10 @@ fed events with the time (`now`, monotonic) and returns actions (marun.runtime.n
 for its shell, marun.runtime.supervisor, which alone forks, signals, reaps, moves output and
 talks to the job's link. No sockets, threads, clocks or processes here: the records it reads
 and writes (marun.runtime.result) are data, filled in by the shell as processes start and end.
-Phases move only through SUPERVISOR_MOVES (`_move`). Node 0 applies the round rule to a job of
-several nodes; this machine applies the same rule to a job of one (round_rule.RoundRule)."""
+Phases move only through SUPERVISOR_MOVES (`_move`). The job decides what a failure or a stop
+signal comes to (a restart round, the job's stop) and when its rounds start: node 0's job machine
+(marun.job.machine), over the wire or, for a job of one node, in this process
+(marun.job.local_job); this machine hears it as `JobEvent`s and reports to it."""
 
 from __future__ import annotations
 
@@ -20,14 +22,12 @@ from marun.runtime.node_actions import (
     Emit,
     NodeAction,
     PassOn,
-    PickPorts,
     ReportFailure,
     ReportLeft,
     ReportRunning,
     ReportStopped,
     RequestStacks,
     Restart,
-    Say,
     SignalAll,
     SignalOrphans,
     SignalRound,
@@ -36,7 +36,7 @@ from marun.runtime.node_actions import (
 )
 from marun.runtime.phase import KILL_WAIT, LIVE, OTHERS_MARGIN, SUPERVISOR_MOVES, TICK, Phase
 from marun.runtime.result import JobRecord, NodeRound, ProcessRecord, describe
-from marun.runtime.round_rule import RoundRule, describe_cause, round_line
+from marun.runtime.round_rule import describe_cause, round_line
 from marun.runtime.signals import RELAYED, SIGKILL, SIGTERM, STOP, signal_name
 
 if TYPE_CHECKING:
@@ -44,16 +44,14 @@ if TYPE_CHECKING:
 
 
 class NodeMachine:
-    """The node `job` (its records, outcome and rounds) under `options`; `coordinated`: the job
-    spans nodes (node 0 says when to start, and decides rounds and the job's end)."""
+    """The node `job` (its records, outcome and rounds) under `options`."""
 
-    def __init__(self, job: JobRecord, options: Supervision, coordinated: bool, now: float) -> None:
+    def __init__(self, job: JobRecord, options: Supervision, now: float) -> None:
         self.job = job
         self.records = job.processes
         self.options = options
-        self.coordinated = coordinated
-        # ARRIVING only where the job spans nodes: nothing starts before node 0 says `start`.
-        self.phase = Phase.ARRIVING if coordinated else Phase.RUNNING
+        # Nothing starts before the job says `start` (a job of one node says it at once).
+        self.phase = Phase.ARRIVING
         self.deadline = 0.0
         self.running: set[int] = set()  # the records whose process runs now
         self.pending: dict[int, float] = {}  # record index -> when its restart is due
@@ -63,14 +61,11 @@ class NodeMachine:
         self.last_scan = 0.0
         self.daemons_only = all(rec.spec.daemon for rec in self.records)
         self.job_stop: JobEvent | None = None  # node 0's stop, kept for the end's summary
-        # restart rounds
+        # restart rounds (the job's rule decides them: marun.runtime.round_rule.RoundRule)
         self.round = 0
-        # a job of one node: its own rule (else node 0 applies it)
-        self.rule = RoundRule.of(options) if options.max_restarts and not coordinated else None
         self.target: int | None = None  # RESTARTING: the round stopped for (None: not said)
         self.cause: Failure | None = None
         self.began = now  # when this round's processes were started
-        self.detected = 0.0  # when the failure that ended the last round was seen
         self.killed = False
         self.ports: dict[str, str] = {}
         self._out: list[NodeAction] = []
@@ -81,8 +76,6 @@ class NodeMachine:
         """The supervision begins (`early`: a stop signal that came before it listened)."""
         if early is not None:
             self._signals([early], now)
-        if not self.coordinated and self.phase in LIVE:
-            self._start_round(0, {}, now, wall)
         return self._taken()
 
     def signals(self, numbers: list[int], now: float) -> list[NodeAction]:
@@ -139,22 +132,8 @@ class NodeMachine:
             # a node whose processes have none (MPI's mpirun) counts its processes.
             ranked = sum(1 for r in self.records if r.spec.rank is not None and not r.spec.daemon)
             started = ranked or started
-            if self.coordinated:
-                self._out += [Activity(), ReportRunning(self.round, started)]
-            else:
-                line = round_line(self.round, self.options.max_restarts, self.cause)
-                took = now - self.detected
-                self._out.append(
-                    Say(f"{line} (all {started} ranks running again in {took:.2f}s)\n")
-                )
+            self._out += [Activity(), ReportRunning(self.round, started)]
             self._emit("round_running", round=self.round, processes=started)
-        return self._taken()
-
-    def ports_picked(
-        self, round_: int, ports: dict[str, str], now: float, wall: float
-    ) -> list[NodeAction]:
-        """A job of one node: round `round_`'s ports are picked; its processes start."""
-        self._start_round(round_, ports, now, wall)
         return self._taken()
 
     def tick(
@@ -198,27 +177,23 @@ class NodeMachine:
             )
             if signum in STOP and self.phase in LIVE:
                 self.pending.clear()
-                if self.daemons_only and not self.coordinated:
-                    # How a lone ps (or sshd) container ends. With a job, its end is the job's
-                    # `done`; a signal before that is the job's failure (below), 128+N.
-                    self.job.outcome = "succeeded"
-                    self.job.exit_code = 0
-                else:
-                    self.job.outcome = "interrupted"
-                    self.job.exit_code = signal_exit(signum)
+                # 128+N here; the job's code is the job's (a job of parameter servers alone, or
+                # sshd alone, ends with 0 on it: marun.job.machine).
+                self.job.outcome = "interrupted"
+                self.job.exit_code = signal_exit(signum)
                 self.job.signal = signum
                 before_start = self.phase is Phase.ARRIVING
                 self._begin_stop(f"received {signal_name(signum)}", signum, now)
-                if self.coordinated:  # the job's failure: node 0 stops every node with 128+N
-                    name = signal_name(signum)
-                    why = f"node {self.job.node} ({self.job.host}) stopped by {name}"
-                    failure = Failure(
-                        exit_code=signal_exit(signum),
-                        signal=name,
-                        stop_signal=name,
-                        why=why + (" before the start" if before_start else ""),
-                    )
-                    self._out.append(ReportFailure(failure))
+                # The job's failure: it stops every node with 128+N.
+                name = signal_name(signum)
+                why = f"node {self.job.node} ({self.job.host}) stopped by {name}"
+                failure = Failure(
+                    exit_code=signal_exit(signum),
+                    signal=name,
+                    stop_signal=name,
+                    why=why + (" before the start" if before_start else ""),
+                )
+                self._out.append(ReportFailure(failure))
             elif signum in STOP:
                 self._out.append(SignalAll(signum))
             else:
@@ -338,33 +313,22 @@ class NodeMachine:
             self._begin_stop("failure", SIGTERM, now)
         else:
             self.others_due = now + self.options.grace_period + OTHERS_MARGIN
-        if self.coordinated:
-            self._out.append(ReportFailure(rec.end_failure(), index, now - self.began))
+        self._out.append(ReportFailure(rec.end_failure(), index, now - self.began))
 
     # -- restart rounds (docs/supervision.md, "Restart rounds") -------------------------------
 
     def _failure_to_round(self, rec: ProcessRecord, now: float) -> bool:
-        """With rounds on, a process's failure (already recorded as this round's first): True
-        when it goes to a round. On a job of several nodes node 0 decides; this node stops its
-        own ranks meanwhile, as either answer needs. Alone, the rule decides here."""
+        """With rounds on, a process's failure (already recorded as this round's first) goes to
+        the job, which decides (a round, or its stop); this node stops its own ranks meanwhile,
+        as either answer needs."""
         if not self.options.max_restarts:
             return False
-        assert rec.ending is not None
         cause = rec.end_failure().but(node=self.job.node, host=self.job.host)
-        if self.coordinated:
-            self._begin_round_stop(None, cause, now)
-            return True
-        assert self.rule is not None
-        why = self.rule.next_round(rec.ending.code, now - self.began)
-        if why is not None:
-            self._emit("no_restart_round", "error", why=why)
-            return False
-        self._begin_round_stop(self.rule.round, cause, now)
+        self._begin_round_stop(None, cause, now)
         return True
 
     def _begin_round_stop(self, target: int | None, cause: Failure | None, now: float) -> None:
         if self.phase is not Phase.RESTARTING:
-            self.detected = now
             self.killed = False
             self.deadline = now + self.options.grace_period
             self._move(Phase.RESTARTING)
@@ -387,23 +351,20 @@ class NodeMachine:
             return
         if self.phase is Phase.RUNNING or self.phase is Phase.RESTARTING:
             self._begin_round_stop(round_, cause, now)
-        elif self.phase is Phase.ARRIVING and self.coordinated:
+        elif self.phase is Phase.ARRIVING:
             # Nothing of ours runs (a new marun that joins the round, or one already stopped).
             self.target, self.cause = round_, cause
             self._out.append(ReportStopped(round_))
 
     def _advance_round(self, now: float, left: tuple[int, ...]) -> None:
         """RESTARTING: SIGKILL after grace_period; once every process of the round is gone, the
-        barrier (node 0's `stopped`) or, alone, the next round at once."""
+        barrier (the job's `stopped`)."""
         if not left:
             if self.target is None:
-                return  # node 0 has not said which round (or stop) yet
-            if self.coordinated:
-                self._move(Phase.ARRIVING)
-                self._emit("round_stopped", round=self.target)
-                self._out.append(ReportStopped(self.target))
-            else:
-                self._out.append(PickPorts(self.target))
+                return  # the job has not said which round (or stop) yet
+            self._move(Phase.ARRIVING)
+            self._emit("round_stopped", round=self.target)
+            self._out.append(ReportStopped(self.target))
             return
         if now < self.deadline:
             return

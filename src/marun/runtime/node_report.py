@@ -26,18 +26,13 @@ def finish(st: NodeState) -> int:
     # Written now, with this node's own end: a node killed while it waits for the job's end
     # below still leaves its record.
     path = write_result_file(st)
-    if job.first_failure is not None and st.link is None:
-        # A coordinated node prints the job's summary instead, once the job has ended.
-        st.say(failure_summary(job) if st.options.prefix_output else nested_summary(job))
-    code = job.exit_code
-    if st.link is not None:
-        code = _end_of_job(st)
-        if code != job.exit_code:
-            # marun exits with the job's code (node 0's word, or a signal while it waited):
-            # result.json says the code marun exits with.
-            job.exit_code = code
-            job.outcome = outcome_of(code, job.signal)
-            path = write_result_file(st)
+    code = _end_of_job(st)
+    if code != job.exit_code:
+        # marun exits with the job's code (node 0's word, or a signal while it waited):
+        # result.json says the code marun exits with.
+        job.exit_code = code
+        job.outcome = outcome_of(code, job.signal)
+        path = write_result_file(st)
     st.emit(
         "job_finished",
         outcome=job.outcome,
@@ -49,8 +44,14 @@ def finish(st: NodeState) -> int:
 
 
 def _end_of_job(st: NodeState) -> int:
-    """Tell node 0 how this node ended, wait for the job's end, print its first failure."""
-    assert st.link is not None
+    """Tell the job how this node ended, wait for its end, print its first failure."""
+    if st.alone:
+        # The job is this node: its end is the node's, and so is the summary.
+        code = st.link.report_end(st.job.outcome, st.job.exit_code)
+        st.link.close()
+        if st.job.first_failure is not None:
+            st.say(failure_summary(st.job) if st.options.prefix_output else nested_summary(st.job))
+        return code
     try:
         with interruptible():
             # A stop signal between the supervisor's loop and this wait was only recorded

@@ -32,7 +32,7 @@ class NodeState:
     """The supervisor's shared fields (marun.runtime.supervisor builds it, then the parts)."""
 
     def __init__(
-        self, plan: LaunchPlan, node: NodePlan, link: JobLink | None, shared_console: bool
+        self, plan: LaunchPlan, node: NodePlan, link: JobLink, shared_console: bool
     ) -> None:
         # The log (structlog) is imported once every process has started: it costs more than
         # starting them. Until then events wait here, with the time they happened.
@@ -55,10 +55,11 @@ class NodeState:
         self.children_left = True
         self.subreaper = False
         self.log_errors: deque[tuple[str, str, OSError]] = deque()  # from the pump threads
-        # The rest of the job (multi-node plans with a coordination section): nothing starts
-        # before every node has arrived; a stop from node 0 ends this node like a failure here.
+        # The job: node 0's over the wire (a plan with a coordination section), or this node's
+        # own, in this process (marun.job.local_job). Nothing starts before it says `start`.
         self.link = link
-        self.machine = NodeMachine(self.job, self.options, link is not None, time.monotonic())
+        self.alone = plan.coordination is None  # the job is this node (its summary is its own)
+        self.machine = NodeMachine(self.job, self.options, time.monotonic())
         # early_signals' count when the supervisor's own signal handling began: a stop signal
         # recorded after it came once that handling was over (node_report's wait for the end)
         self.signals_mark = 0

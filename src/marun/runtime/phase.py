@@ -10,21 +10,22 @@ from marun.runtime.transitions import Transitions
 class Phase(Enum):
     """Where the supervisor is in a job's life (like torch elastic's `WorkerState`).
 
-    ARRIVING  a node of a multi-node job waits for node 0's `start` (every node has arrived):
-              nothing runs yet. A stop from node 0 or a stop signal moves on to STOPPING.
+    ARRIVING  the node waits for the job's `start` (every node has arrived; a job of one node
+              says it at once, marun.job.local_job): nothing runs yet. A stop from the job or a
+              stop signal moves on to STOPPING.
     RUNNING   processes start, fail, restart; the first cause of the end moves on to STOPPING.
     RESTARTING  a restart round (docs/supervision.md): this node's non-daemon processes were sent
               the stop signal (SIGKILL after grace_period); once they are all gone, ARRIVING
-              for the round's `start` from node 0 (on a job of one node: RUNNING again at once).
+              for the round's `start` from the job.
     STOPPING  the stop signal was sent to everything; waiting `grace_period` for it to go.
     KILLING   SIGKILL was sent to what was left; waiting up to `KILL_WAIT` for the kernel.
     GAVE_UP   processes outlived SIGKILL (stuck in the kernel): marun stops waiting and ends.
 
-    Transitions only go forward: (ARRIVING ->) RUNNING -> STOPPING -> KILLING -> GAVE_UP, and
+    Transitions only go forward: ARRIVING -> RUNNING -> STOPPING -> KILLING -> GAVE_UP, and
     ARRIVING -> STOPPING, RESTARTING -> STOPPING; but for the one cycle of restart rounds,
-    RUNNING -> RESTARTING -> ARRIVING -> RUNNING (or RESTARTING -> RUNNING), each time with a
-    higher round number. The loop ends once the phase is past the live ones (STOPPING, KILLING)
-    and no child is left, or at GAVE_UP.
+    RUNNING -> RESTARTING -> ARRIVING -> RUNNING, each time with a higher round number. The loop
+    ends once the phase is past the live ones (STOPPING, KILLING) and no child is left, or at
+    GAVE_UP.
     """
 
     ARRIVING = "arriving"
@@ -54,7 +55,7 @@ SUPERVISOR_MOVES: Transitions[Phase] = Transitions(
     {
         Phase.ARRIVING: (Phase.RUNNING, Phase.STOPPING),
         Phase.RUNNING: (Phase.RESTARTING, Phase.STOPPING),
-        Phase.RESTARTING: (Phase.ARRIVING, Phase.RUNNING, Phase.STOPPING),
+        Phase.RESTARTING: (Phase.ARRIVING, Phase.STOPPING),
         Phase.STOPPING: (Phase.KILLING,),
         Phase.KILLING: (Phase.GAVE_UP,),
         Phase.GAVE_UP: (),

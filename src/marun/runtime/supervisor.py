@@ -47,14 +47,12 @@ from marun.runtime.node_actions import (
     Emit,
     NodeAction,
     PassOn,
-    PickPorts,
     ReportFailure,
     ReportLeft,
     ReportRunning,
     ReportStopped,
     RequestStacks,
     Restart,
-    Say,
     SignalAll,
     SignalOrphans,
     SignalRound,
@@ -82,7 +80,6 @@ from marun.runtime.reaper import (
     reap,
 )
 from marun.runtime.result import ProcessRecord
-from marun.runtime.round_rule import planned_ports, round_ports
 from marun.runtime.signals import (
     SIGKILL,
     SignalPipe,
@@ -109,8 +106,8 @@ class Supervisor:
         self,
         plan: LaunchPlan,
         node: NodePlan,
+        link: JobLink,
         console: Console | None = None,
-        link: JobLink | None = None,
         shared_console: bool = False,
     ) -> None:
         st = self.state = NodeState(plan, node, link, shared_console)
@@ -126,7 +123,7 @@ class Supervisor:
         # The processes not shown on the console write their logs themselves (no pump).
         self._direct = DirectLogs(st.log_fds, [rec.spec.log for rec in st.records])
         hang = plan.coordination.hang_timeout if plan.coordination is not None else None
-        if link is not None and hang is not None:  # the hang watchdog's input: their growth
+        if hang is not None:  # the hang watchdog's input: their growth
             self._direct.watch(link.activity, hang)
         self._stacks: StackDumps | None = None  # the hang watchdog's py-spy dumps, off the loop
         self._spares: Spares | None = None  # preload's spare interpreters (warm_spare.py)
@@ -145,16 +142,15 @@ class Supervisor:
                 early = early_signals.first()  # one that came before this pipe listened
                 st.signals_mark = early_signals.count()
                 st.job.started = time.time()
-                if st.link is not None:
-                    # Nothing starts before every node of the job has arrived (node 0 says).
-                    self._sel.register(st.link.fileno(), selectors.EVENT_READ, "job")
+                # Nothing starts before every node of the job has arrived (the job says).
+                self._sel.register(st.link.fileno(), selectors.EVENT_READ, "job")
                 # (an early stop signal: nothing starts; the job hears of it)
                 self._carry_out(machine.begin(time.monotonic(), time.time(), early))
                 while not machine.finished():
                     for key, _ in self._sel.select(machine.timeout(time.monotonic())):
                         if key.data is None:
                             self._carry_out(machine.signals(sigs.drain(), time.monotonic()))
-                        elif key.data == "job" and st.link is not None:
+                        elif key.data == "job":
                             events = st.link.poll()
                             self._carry_out(machine.heard(events, time.monotonic(), time.time()))
                         elif key.data == "spare" and self._spares is not None:
@@ -218,24 +214,17 @@ class Supervisor:
                     tail.extend(lines)
             elif isinstance(action, ReportFailure):
                 self._report_failure(action)
-            elif isinstance(action, ReportStopped) and st.link is not None:
+            elif isinstance(action, ReportStopped):
                 st.link.report_stopped(action.round)
-            elif isinstance(action, ReportRunning) and st.link is not None:
+            elif isinstance(action, ReportRunning):
                 st.link.report_running(action.round, action.ranks)
-            elif isinstance(action, Activity) and st.link is not None:
+            elif isinstance(action, Activity):
                 st.link.activity()  # the hang watchdog's silence counts from the round's start
             elif isinstance(action, RequestStacks):
                 self._request_stacks(action.sample)
-            elif isinstance(action, PickPorts):
-                names = st.options.round_ports
-                planned = planned_ports((r.spec for r in st.records), names)
-                ports = round_ports(planned, names, action.round)
-                more = self.machine.ports_picked(action.round, ports, time.monotonic(), time.time())
             elif isinstance(action, ReportLeft):
                 left = [pid for pid, _ in direct_children()] or sorted(st.running)
                 st.emit("processes_left_after_sigkill", "error", pids=left)
-            elif isinstance(action, Say):
-                st.say(action.text)
             todo[:0] = more
 
     def _start_round(self, action: StartRound) -> list[NodeAction]:
@@ -261,14 +250,14 @@ class Supervisor:
             more = self.machine.round_started(started, time.monotonic())
             more += after_round_started(st.options, self.machine.round)
         # The round's processes are started: marun's own log can be imported now (it costs
-        # more than starting them).
+        # more than starting them), and the link may settle.
         st.log_early_events()
+        if self.machine.round == 0:
+            st.link.settled()
         return more or []
 
     def _report_failure(self, action: ReportFailure) -> None:
         st = self.state
-        if st.link is None:
-            return
         failure = action.failure
         if action.index is not None:
             # The last lines it wrote may still be in its pipe: its pump takes them in first
@@ -286,8 +275,6 @@ class Supervisor:
         from marun.runtime.stacks import StackDumps, Target
 
         st = self.state
-        if st.link is None:
-            return
         if self._stacks is None:
             self._stacks = StackDumps(st.link.report_stacks)
         targets = []
@@ -357,8 +344,7 @@ class Supervisor:
                 rec.tail,
                 on_log_error=functools.partial(node_report.on_log_error, st, spec.name, spec.log),
             )
-            on_data = st.link.activity if st.link is not None else None
-            self._pumps[index] = self._relay.start(read_fd, stream, on_data)
+            self._pumps[index] = self._relay.start(read_fd, stream, st.link.activity)
         rec.pids.append(popen.pid)
         rec.started = rec.started or now
         rec.ended = None

@@ -361,7 +361,7 @@ def inner_options(request: SimulateRequest, platform: Platform) -> tuple[str, ..
         words.append("--verbose")
     if settings.console_ranks:
         words += ["--console-ranks", ",".join(settings.console_ranks)]
-    for name in ("grace_period", "max_restarts"):
+    for name in ("grace_period", "max_restarts", "spares"):
         value = request.settings.get(name)
         if value is not None:
             words += ["--" + name.replace("_", "-"), str(value)]
@@ -382,6 +382,14 @@ def simulate(request: SimulateRequest) -> int:
     settings = load_settings(request.settings, env, cwd, request.config).settings
     platform = read_platform(list(request.command), env, cwd, settings)
     options = inner_options(request, platform)
+    if platform.settings.spares:
+        # Refused here, once, as every simulated node would refuse it (marun.plan.spares).
+        from dataclasses import replace
+
+        from marun.plan.spares import layout
+
+        env = {**platform.env, "MA_NUM_HOSTS": str(request.nodes), "VC_TASK_INDEX": "0"}
+        layout(request.mode, replace(platform, env=env))
     if request.mode == "mpi":
         from marun.sim.simulate_mpi import run_mpi_simulation
 
@@ -403,4 +411,6 @@ def simulate(request: SimulateRequest) -> int:
 
             sys.stdout.write(brief_plan(job, planned, request.mode, request.nodes) + "\n")
         sys.stdout.flush()
-    return execute(outer)
+    from marun.launch import open_link
+
+    return execute(outer, open_link)

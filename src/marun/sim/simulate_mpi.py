@@ -76,7 +76,9 @@ def run_mpi_simulation(
             (NodePlan(0, "localhost", processes=tuple(processes)),),
             supervision=watching,
         )
-        return execute(plan)
+        from marun.launch import open_link
+
+        return execute(plan, open_link)
 
 
 def _host_process(

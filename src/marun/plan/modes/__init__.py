@@ -12,11 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from marun.errors import InputError, bad_value
 from marun.inputs.injected import Platform
 from marun.plan.build_coordination import coordination_for
 from marun.plan.launch_plan import LaunchPlan, Supervision, execs_lone_process
+
+if TYPE_CHECKING:
+    from marun.plan.coordination import Coordination
+    from marun.plan.spares import Layout
 
 # The one list of modes; every other list of them is checked against it (tests/unit/test_modes).
 MODES = ("ascend", "mindspore", "pytorch", "tensorflow", "mpi")
@@ -115,8 +120,16 @@ def plan_with(
     skipped = _other_device_start(mode, platform, all_nodes)
     if skipped is not None:
         return replace(skipped, supervision=watching)
-    plan = planner(mode)(platform, all_nodes)
-    coordination = None if all_nodes else coordination_for(plan, platform)
+    spares = None
+    if platform.settings.spares:  # hot spares (marun.plan.spares)
+        from marun.plan.spares import layout
+
+        spares = layout(mode, platform)
+    if spares is None:
+        plan = planner(mode)(platform, all_nodes)
+        coordination = None if all_nodes else coordination_for(plan, platform)
+    else:
+        plan, coordination = _with_spares(mode, platform, planner, spares, all_nodes)
     if watching.max_restarts:
         plan = with_rounds(replace(plan, supervision=watching))
         watching = plan.supervision
@@ -137,6 +150,48 @@ def plan_with(
             "written; --supervise keeps marun in front and writes both",
         )
     return replace(plan, supervision=watching, notes=notes, coordination=coordination)
+
+
+def _with_spares(
+    mode: str,
+    platform: Platform,
+    planner: Callable[[str], Planner],
+    spares: Layout,
+    all_nodes: bool,
+) -> tuple[LaunchPlan, Coordination | None]:
+    """The plan of this node's place at the start (a spare: none, its processes planned once
+    it has one) and the job's coordination over every node the platform started, spares too."""
+    from marun.plan.coordination import Coordination
+    from marun.plan.launch_plan import NodePlan
+    from marun.plan.spares import as_place
+
+    place = spares.place
+    placed = as_place(platform, 0 if place is None else place, spares.nodes)
+    plan = planner(mode)(placed, all_nodes)  # (a spare's too: its inputs are checked now)
+    note = (
+        f"hot spares: the job trains on {spares.nodes} node(s); the last {spares.spares} of the "
+        f"platform's {spares.nodes + spares.spares} wait, and a lost node's place goes to one in "
+        "the next restart round (node 0 cannot be replaced)"
+    )
+    if all_nodes:
+        return replace(plan, notes=(*plan.notes, note)), None
+    shape = plan.shape
+    assert shape is not None
+    total = spares.nodes + spares.spares
+    coordination = coordination_for(
+        replace(plan, shape=replace(shape, nodes=total, index=spares.index)), platform
+    )
+    assert isinstance(coordination, Coordination)
+    coordination = replace(coordination, spares=spares.spares)
+    if place is None:
+        node = plan.nodes[0]
+        waits = (
+            f"node {spares.index} is a spare: it starts nothing and waits on the job's wire "
+            "until node 0 gives it a lost node's place, then plans itself as that node"
+        )
+        plan = replace(plan, nodes=(NodePlan(spares.index, node.host),))
+        return replace(plan, notes=(*plan.notes, note, waits)), coordination
+    return replace(plan, notes=(*plan.notes, note)), coordination
 
 
 def _preload_note(plan: LaunchPlan, python: str, modules: tuple[str, ...]) -> str:

@@ -1,0 +1,147 @@
+"""Hot spares on node 0's side (docs/supervision.md, "Hot spares"; the plan's side:
+marun.plan.spares), as moves of the job's state (marun.job.job_state).
+
+The job trains on `places` (N of them); each place is held by one node of the N+K the platform
+started. At the start node i holds place i (i < N); the others are spares: here, connected, told
+nothing but `welcome` (no `start`: they run nothing). When a restart round waits for a place whose
+node is lost, a spare takes it and is counted in the round's barrier at once (it runs nothing
+yet); the round's `start` goes to it after `place {j}`, and its marun plans itself as place j.
+A node that lost its place and comes back (the same marun, or its pod recreated) is a spare from
+then on; the same marun, which may still run place j's ranks, is told to stop. Node 0 holds place
+0 for good: its marun is the job's coordinator.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from marun.exit_codes import LOST_EXIT
+from marun.job.actions import Announce
+from marun.job.messages import Done, LeaderMessage, Place, Start, StopJob
+from marun.runtime.failure import Failure
+
+if TYPE_CHECKING:
+    from marun.job.job_state import JobState
+    from marun.job.roster import MemberState
+
+
+def on(job: JobState) -> bool:
+    return job.coord.spares > 0
+
+
+def places(job: JobState) -> int:
+    """N: the places the job trains on."""
+    return job.coord.nodes - job.coord.spares
+
+
+def place_of_arrival(job: JobState, node: int) -> int | None:
+    """The place of a node that arrives: its own index while that place is its own."""
+    if not on(job):
+        return node
+    return node if job.places.get(node) == node else None
+
+
+def holders(job: JobState) -> list[MemberState]:
+    """The members that hold a place (every member without spares)."""
+    return [m for m in job.members.values() if m.place is not None]
+
+
+def free(job: JobState) -> list[MemberState]:
+    """The spares that can take a place now: here, talking, ended not."""
+    return sorted(
+        (
+            m
+            for m in job.members.values()
+            if m.place is None and m.conn is not None and m.ended is None and m.outcome is None
+        ),
+        key=lambda m: m.node,
+    )
+
+
+def send_start(job: JobState, start: Start) -> None:
+    """The round's `start`: to every node without spares (one line, signed once); with them, to
+    the holders only, each told its place first (a spare's marun plans itself from it)."""
+    if not on(job):
+        job.broadcast(start)
+        return
+    for member in holders(job):
+        send_place(job, member, start)
+
+
+def send_place(job: JobState, member: MemberState, then: LeaderMessage | None = None) -> None:
+    assert member.place is not None
+    job.send(member, Place(member.place))
+    if then is not None:
+        job.send(member, then)
+
+
+def substitute(job: JobState) -> None:
+    """RESTARTING: every place whose node is lost goes to a free spare (lowest index first)."""
+    spare_pool = free(job)
+    for place in range(places(job)):
+        if not spare_pool:
+            return
+        node = job.places.get(place)
+        holder = job.members.get((node, 0)) if node is not None else None
+        if holder is not None and holder.outcome != "lost":
+            continue
+        if place == job.coord.leader:
+            continue  # node 0's marun is the coordinator: its loss is the job's end
+        spare = spare_pool.pop(0)
+        spare.place = place
+        spare.stopped_round = job.round  # it runs nothing: counted in the barrier at once
+        job.places[place] = spare.node
+        lost_host = holder.host if holder is not None else "?"
+        if holder is not None:
+            holder.place, holder.lost_place = None, place
+        record = job.rounds[-1] if job.rounds else None
+        why = _why_lost(record.cause if record is not None else None)
+        if record is not None:
+            record.substitutions.append(
+                {"place": place, "lost": node, "lost_host": lost_host, "spare": spare.node,
+                 "spare_host": spare.host}
+            )  # fmt: skip
+        job.log("spare_placed", place=place, lost=node, spare=spare.node)  # (and the line below)
+        job.actions.append(
+            Announce(
+                f"marun: node {node} ({lost_host}) lost{why}; spare node {spare.node} "
+                f"({spare.host}) takes its place in round {job.round}"
+            )
+        )  # (its `place` goes with the round's `start`: send_start)
+
+
+def _why_lost(cause: Failure | None) -> str:
+    if cause is None or not cause.why:
+        return ""
+    why = cause.why.split(" lost: ", 1)[-1]
+    return f" ({why[:160]})"
+
+
+def dismiss(job: JobState, member: MemberState) -> None:
+    """The same marun of a node whose place went to a spare talks again (it was frozen): its
+    ranks, if any still run, hold a place that is another's now. It is told to stop."""
+    why = (
+        f"node {member.node}'s place went to a spare while it was lost: this marun ends "
+        "(its pod, if recreated, waits as a spare)"
+    )
+    job.log("spare_dismissed", "warning", node=member.node)
+    job.send(member, StopJob(LOST_EXIT, Failure(node=member.node, host=member.host, why=why)))
+
+
+def left(job: JobState, member: MemberState) -> None:
+    """A member without a place said its end (a spare stopped by a signal, or told the job's
+    end, or a dismissed node): nothing of the job waits for it; it hears `done` at once."""
+    job.log("spare_left", "info", node=member.node, outcome=member.outcome)
+    if job.stopped is not None and job.exit_code is not None:
+        job.send(member, Done(job.exit_code))  # the job's end came first: its code
+    else:
+        job.send(member, Done(member.exit_code or 0))  # it left a live job: its own
+
+
+def release(job: JobState) -> None:
+    """Every place's node has ended: the spares are told the job's end (once each)."""
+    code = next((m.exit_code for m in holders(job) if m.exit_code), 0)
+    for member in job.members.values():
+        if member.place is None and member.ended is None and not member.released:
+            member.released = True
+            job.send(member, StopJob(code, None))

@@ -1,0 +1,116 @@
+"""Hot spares (docs/supervision.md, "Hot spares"): the platform starts N+K nodes and says so (its
+node count, `--world_size`); with `spares` K, the job trains on N of them and keeps K waiting. A
+node's *place* is the index its processes are planned for (RANK, GROUP_RANK, ...); at the start
+node i has place i for i < N, and the last K have none (spares). When a node is lost, node 0's
+job gives its place to a spare in the next restart round, and the spare's marun plans itself as
+that place: the platform's inputs as they would read on the lost node (`as_place`), with this
+node's own host.
+
+Only what a place changes is rewritten: the index variables, the node count, and the appended
+`--rank` / `--world_size`; every other input is this node's own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from marun.errors import InputError, bad_value
+from marun.inputs.appended_args import AppendedArgs
+from marun.inputs.injected import TASK_INDEX_VARS, Platform
+
+# The modes whose places are planned from the node index alone (what a spare must rewrite). The
+# others are one line of bad input until they are (docs/supervision.md, "Hot spares").
+SPARE_MODES = ("pytorch",)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The job as spares cut it: `nodes` places (N), `spares` (K), this node's physical `index`
+    (0 .. N+K-1) and its place at the start (None: a spare)."""
+
+    nodes: int
+    spares: int
+    index: int
+
+    @property
+    def place(self) -> int | None:
+        return self.index if self.index < self.nodes else None
+
+
+def layout(mode: str, platform: Platform) -> Layout | None:
+    """None without spares; else the layout, or one line of bad input (nothing started)."""
+    spares = platform.settings.spares
+    if not spares:
+        return None
+    if mode not in SPARE_MODES:
+        raise bad_value(
+            "spares",
+            spares,
+            f"0 in {mode} mode (hot spares are planned in {', '.join(SPARE_MODES)} mode only so "
+            "far: its processes depend on the node's index alone)",
+        )
+    if not platform.settings.max_restarts:
+        raise bad_value(
+            "spares", spares, "0 without restart rounds (a spare takes a lost node's place in "
+            "the next round: set max_restarts too)"
+        )  # fmt: skip
+    total = platform.num_hosts()
+    if spares >= total:
+        raise bad_value(
+            "spares",
+            spares,
+            f"fewer than the platform's {total} node(s) (the job trains on the others)",
+        )
+    return Layout(total - spares, spares, platform.node_index())
+
+
+def as_place(platform: Platform, place: int, nodes: int) -> Platform:
+    """The platform's inputs as node `place` of a job of `nodes` would read them (this node's
+    own host and everything else kept)."""
+    from marun.inputs.hosts import node_hosts
+    from marun.inputs.injected import volcano_task_key
+
+    env = dict(platform.env)
+    try:
+        hosts: list[str] | None = list(node_hosts(platform))  # as the platform gave them
+    except InputError:
+        hosts = None  # not named (the planner says so in a note, as without spares)
+    task_key = volcano_task_key(platform.task_name()).upper()
+    for name in TASK_INDEX_VARS:
+        if env.get(name, "") != "":
+            env[name] = str(place)
+    for name in ("MA_NUM_HOSTS", f"VC_{task_key}_NUM"):
+        if env.get(name, "") != "":
+            env[name] = str(nodes)
+    if hosts is not None:
+        # The places' hosts: this node's at its place (the others' as the platform listed them:
+        # a spare knows no other substitution, and nothing pytorch mode plans reads them).
+        places = hosts[:nodes]
+        places[place] = hosts[platform.node_index()]
+        env[f"VC_{task_key}_HOSTS"] = ",".join(places)
+    appended = platform.appended
+    values = dict(appended.values)
+    if "rank" in values:
+        values["rank"] = str(place)
+    if "world_size" in values:
+        values["world_size"] = str(nodes)
+    words = _rewritten(appended.words, {"rank": str(place), "world_size": str(nodes)})
+    return replace(platform, env=env, appended=AppendedArgs(values, words))
+
+
+def _rewritten(words: tuple[str, ...], new: dict[str, str]) -> tuple[str, ...]:
+    out = list(words)
+    for i, word in enumerate(out):
+        name = word[2:].split("=", 1)[0] if word.startswith("--") else ""
+        if name not in new:
+            continue
+        if "=" in word:
+            out[i] = f"--{name}={new[name]}"
+        elif i + 1 < len(out):
+            out[i + 1] = new[name]
+    return tuple(out)
+
+
+def check_place(place: int, nodes: int) -> None:
+    if not 0 <= place < nodes:
+        raise InputError(f"node 0 gave this spare place {place}: expected 0 to {nodes - 1}")

@@ -1,0 +1,111 @@
+"""Hot spares with real `marun run` nodes on the loopback (pytorch mode, light ranks), in
+combination with stop signals, lost nodes and restart rounds: 3 places + 1 spare (node 3).
+A node's "pod deleted" is its marun and its ranks SIGKILLed at once (their connection closes
+without a goodbye). The real PyTorch job: tests/e2e/test_e2e_spares.py."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+from pathlib import Path
+
+from loopback_job import LoopbackJob
+
+from conftest import run_marun
+
+# Round 0's ranks run until the test acts; a round's after it end soon (the job ends 0).
+RANKS = """\
+import os, time
+rank = int(os.environ["RANK"])
+round_ = os.environ["MARUN_RESTART_COUNT"]
+print(f"rank {rank} up in round {round_}", flush=True)
+time.sleep(120 if round_ == "0" else 2)
+print(f"rank {rank} done", flush=True)
+"""
+POD = "SPARES_TEST_POD"
+
+
+def _job(tmp_path: Path) -> LoopbackJob:
+    job = LoopbackJob(tmp_path, nodes=4, env={"MARUN_MAX_RESTARTS": "2", "MARUN_SPARES": "1"})
+    for i in range(4):
+        job.start([i], RANKS, env={POD: f"pod{i}-{job.runs.get(i, 0)}"})
+    for i in range(3):
+        job.wait_for(i, rf"rank {2 * i + 1} up in round 0")
+    return job
+
+
+def _delete_pod(job: LoopbackJob, i: int) -> None:
+    """Node i's marun and every process it started, SIGKILLed (the pod deleted)."""
+    needle = f"{POD}=pod{i}-{job.runs[i] - 1}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                os.kill(int(entry.name), signal.SIGKILL)
+    job.nodes[i].proc.wait(10)
+
+
+def test_a_spare_stopped_while_it_waits_leaves_and_the_job_goes_on(tmp_path: Path) -> None:
+    job = _job(tmp_path)
+    try:
+        job.signal(3, signal.SIGTERM)
+        assert job.nodes[3].proc.wait(30) == 143, job.report()
+        assert "marun: node 3 ran nothing (no place); it ends with 143" in job.nodes[3].output
+        _delete_pod(job, 1)  # no spare left: the round waits for node 1's replacement
+        job.start([1], RANKS, env={POD: "pod1-1"})
+        codes = job.finish()
+        assert (codes[0], codes[1], codes[2]) == (0, 0, 0), job.report()
+        assert "spare node" not in job.nodes[0].output
+        assert re.search(r"marun: round 1/2 after node 1\b", job.nodes[0].output)
+    finally:
+        job.kill_all()
+
+
+def test_a_stop_signal_as_a_node_is_lost_ends_the_job_and_the_spare_with_128_plus_n(
+    tmp_path: Path,
+) -> None:
+    job = _job(tmp_path)
+    try:
+        _delete_pod(job, 1)
+        job.signal(2, signal.SIGTERM)  # (within the 2 s in which node 1 is found lost)
+        codes = job.finish()
+        assert (codes[0], codes[2], codes[3]) == (143, 143, 143), job.report()
+        assert "up in round 1" not in job.nodes[3].output  # the spare ran nothing
+        assert "marun: node 3 ran nothing (no place); it ends with 143" in job.nodes[3].output
+    finally:
+        job.kill_all()
+
+
+def test_two_nodes_lost_with_one_spare_the_other_place_waits_for_its_replacement(
+    tmp_path: Path,
+) -> None:
+    job = _job(tmp_path)
+    try:
+        _delete_pod(job, 1)
+        _delete_pod(job, 2)
+        job.wait_for(0, r"spare node 3 \(\S+\) takes its place in round 1")
+        job.start([2], RANKS, env={POD: "pod2-1"})  # node 2's pod recreated: place 2 again
+        codes = job.finish()
+        assert (codes[0], codes[2], codes[3]) == (0, 0, 0), job.report()
+        # place 1's ranks (2, 3) ran round 1 on node 3; place 2's (4, 5) on node 2's new marun
+        assert "rank 2 up in round 1" in job.nodes[3].output
+        assert "rank 4 up in round 1" in job.nodes[2].output
+        assert len(re.findall(r"takes its place", job.nodes[0].output)) == 1
+    finally:
+        job.kill_all()
+
+
+def test_simulate_keeps_the_last_node_as_a_spare(tmp_path: Path) -> None:
+    (tmp_path / "hello.py").write_text(
+        "import os\nprint('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])\n"
+    )
+    argv = ["simulate", "--mode", "pytorch", "--nodes", "3", "--devices", "1"]
+    argv += ["--max-restarts", "1", "--spares", "1", "--no-show-plan", "--", "hello.py"]
+    res = run_marun(argv, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout + res.stderr
+    assert sorted(re.findall(r"rank (\d) of 2", out)) == ["0", "1"], out
+    assert "marun: node 2 ran nothing (no place); it ends with 0" in out

@@ -1,0 +1,200 @@
+"""Hot spares on node 0's side (marun.job.spares), against the job machine alone: 3 places and 1
+spare (4 nodes), a fake clock, each node's lines as its marun says them. What a spare's marun
+does with a place (plans itself, runs): tests/cli/test_spares.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from marun.job.actions import Action, Announce, Broadcast, Send
+from marun.job.machine import CLOSED_LOST, JobMachine
+from marun.job.messages import (
+    Done,
+    End,
+    FailureSaid,
+    Hello,
+    Place,
+    Restart,
+    Running,
+    Start,
+    StopJob,
+    Stopped,
+)
+from marun.job.protocol import PROTOCOL
+from marun.job.report import state_report
+from marun.plan.coordination import Coordination
+from marun.runtime.failure import Failure
+from marun.runtime.round_rule import RoundRule
+
+WALL = 1.7e9
+
+
+class Job:
+    def __init__(self, nodes: int = 4, spares: int = 1, budget: int = 2) -> None:
+        coord = Coordination(
+            host="h0", port=0, nodes=nodes, index=0, job="j", spares=spares,
+            arrival_timeout=30.0, peer_timeout=10.0,
+        )  # fmt: skip
+        self.now = 100.0
+        self.machine = JobMachine(
+            coord, "leader", rule=RoundRule(budget, quick=0.0), ports={}, now=self.now, wall=WALL
+        )
+        self.out: list[Action] = []
+        self.instances = {i: f"m{i}" for i in range(nodes)}
+
+    def _take(self, actions: list[Action]) -> list[Action]:
+        self.out += actions
+        return actions
+
+    def hello(self, node: int, started: bool = False) -> list[Action]:
+        msg = Hello(node, 0, self.instances[node], f"h{node}", "", started, False, PROTOCOL)
+        return self._take(self.machine.hello(f"c{node}", "127.0.0.1", msg, self.now, WALL))
+
+    def say(self, node: int, msg: Any) -> list[Action]:
+        conn = f"c{node}"
+        return self._take(self.machine.message(conn, (node, 0), msg.KIND, msg, self.now, WALL))
+
+    def tick(self, seconds: float = 1.0) -> list[Action]:
+        self.now += seconds
+        return self._take(self.machine.tick(self.now, WALL + self.now))
+
+    def sent(self, node: int, kind: type) -> list[Any]:
+        return [
+            a.message
+            for a in self.out
+            if isinstance(a, Send) and a.key == (node, 0) and isinstance(a.message, kind)
+        ]
+
+    def broadcast(self, kind: type) -> list[Any]:
+        return [
+            a.message for a in self.out if isinstance(a, Broadcast) and isinstance(a.message, kind)
+        ]
+
+    def announced(self) -> str:
+        return "\n".join(a.text for a in self.out if isinstance(a, Announce))
+
+    def lose(self, node: int) -> None:
+        """Its marun SIGKILLed (its pod deleted): the connection closes, no goodbye."""
+        self.machine.closed(f"c{node}", self.now)
+        self.tick(CLOSED_LOST + 0.5)
+
+
+def _started() -> Job:
+    job = Job()
+    for node in range(4):
+        job.hello(node)
+    return job
+
+
+def test_the_spare_hears_no_start_and_the_others_their_place_first() -> None:
+    job = _started()
+    for node in range(3):
+        assert job.sent(node, Place) == [Place(node)] and job.sent(node, Start) == [Start(0, {})]
+    assert job.sent(3, Place) == [] and job.sent(3, Start) == []
+    assert not job.broadcast(Start)
+
+
+def test_a_lost_node_s_place_goes_to_the_spare_in_the_next_round() -> None:
+    job = _started()
+    job.lose(1)
+    assert [r.round for r in job.broadcast(Restart)] == [1]
+    job.say(0, Stopped(1))
+    job.say(2, Stopped(1))
+    assert job.sent(3, Place) == [Place(1)]
+    assert job.sent(3, Start) == [Start(1, {})] and job.sent(0, Start)[-1] == Start(1, {})
+    assert job.sent(1, Start) == [Start(0, {})]  # the lost node: nothing more
+    assert "node 1 (h1) lost (its marun's connection closed" in job.announced()
+    assert "spare node 3 (h3) takes its place in round 1" in job.announced()
+    for node in (0, 2, 3):
+        job.say(node, Running(1, 2))
+    assert "round 1/2 after" in job.announced() and "(all 6 ranks running again" in job.announced()
+    for node in (0, 2, 3):
+        job.say(node, End("succeeded", 0))
+    job.tick()
+    assert job.machine.job.phase.value == "done"
+    report = state_report(job.machine.job, 0)
+    subs = report["rounds"][0]["substitutions"]
+    assert subs == [{"place": 1, "lost": 1, "lost_host": "h1", "spare": 3, "spare_host": "h3"}]
+
+
+def test_a_spare_lost_while_it_waits_starts_no_round_and_the_job_goes_on() -> None:
+    job = _started()
+    job.lose(3)
+    assert not job.broadcast(Restart) and job.machine.job.stopped is None
+    for node in range(3):
+        job.say(node, End("succeeded", 0))
+    job.tick()
+    assert job.machine.job.phase.value == "done" and job.machine.job.exit_code == 0
+
+
+def test_two_nodes_lost_with_one_spare_the_second_place_waits_for_its_node() -> None:
+    job = _started()
+    job.lose(1)
+    job.lose(2)  # during round 1's barrier
+    job.say(0, Stopped(1))
+    assert job.machine.job.members[(3, 0)].place == 1  # (told with the round's start)
+    assert job.sent(0, Start) == [Start(0, {})]  # place 2 is waited for
+    job.instances[2] = "m2-new"  # its pod recreated: the new marun takes place 2 again
+    job.hello(2)
+    job.say(2, Stopped(1))
+    assert job.sent(2, Place)[-1] == Place(2) and job.sent(2, Start)[-1] == Start(1, {})
+    assert job.sent(3, Start) == [Start(1, {})]
+
+
+def test_with_no_spare_left_the_round_waits_and_fails_after_arrival_timeout() -> None:
+    job = _started()
+    job.lose(1)
+    job.say(0, Stopped(1))
+    job.say(2, Stopped(1))
+    job.say(3, Stopped(1))
+    job.say(3, Running(1, 2))
+    job.say(0, Running(1, 2))
+    job.say(2, Running(1, 2))
+    job.say(2, FailureSaid(Failure(node=2, rank=4, exit_code=1), 1, 5.0))
+    job.lose(2)  # the second loss: no spare left
+    job.say(0, Stopped(2))
+    job.say(3, Stopped(2))
+    job.tick(31.0)
+    assert job.machine.job.stopped is not None and job.machine.job.exit_code == 1
+
+
+def test_a_node_back_after_its_place_went_to_a_spare_is_told_to_stop() -> None:
+    job = _started()
+    job.machine.closed("c1", job.now)  # frozen: its connection gone, its ranks may run on
+    job.tick(CLOSED_LOST + 0.5)
+    job.say(0, Stopped(1))
+    job.say(2, Stopped(1))
+    assert job.sent(3, Place) == [Place(1)]
+    job.hello(1, started=True)  # the same marun, thawed, reconnects
+    stops = job.sent(1, StopJob)
+    assert stops and stops[0].failure is not None and "went to a spare" in stops[0].failure.why
+    job.say(1, End("failed", 1))
+    assert job.sent(1, Done)  # not waited for: it hears the end at once
+    assert job.machine.job.stopped is None
+
+
+def test_a_replacement_pod_becomes_a_spare() -> None:
+    job = _started()
+    job.lose(1)
+    job.say(0, Stopped(1))
+    job.say(2, Stopped(1))
+    job.instances[1] = "m1-new"
+    job.hello(1)
+    assert job.sent(1, Start) == [Start(0, {})]  # (the old marun's) nothing for the new one
+    member = job.machine.job.members[(1, 0)]
+    assert member.place is None and member.ended is None
+    for node in (0, 2, 3):
+        job.say(node, End("succeeded", 0))
+    job.tick()
+    assert job.sent(1, StopJob) == [StopJob(0, None)]  # the job's end, to the spare
+    job.say(1, End("spare", 0))
+    job.tick()
+    assert job.machine.job.phase.value == "done" and job.machine.job.exit_code == 0
+
+
+def test_node_0_is_never_replaced() -> None:
+    job = _started()
+    job.lose(0)
+    job.say(1, Stopped(1))
+    job.say(2, Stopped(1))
+    assert job.sent(3, Place) == []

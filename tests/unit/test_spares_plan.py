@@ -1,0 +1,111 @@
+"""Hot spares in the plan (marun.plan.spares): what a node that trains and a spare plan, a spare
+planned as a lost node's place, and the inputs refused (one line, exit 2, nothing started)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import run_marun
+from marun.inputs.injected import read_platform
+from marun.inputs.settings import Settings
+from marun.launch import build_plan
+from marun.plan.spares import as_place
+
+NODES = 4  # the platform's: 3 places + 1 spare
+
+
+def _env(index: int, **extra: str) -> dict[str, str]:
+    return {
+        "MA_NUM_HOSTS": str(NODES),
+        "MA_NUM_GPUS": "2",
+        "VC_TASK_INDEX": str(index),
+        "VC_WORKER_HOSTS": "h0,h1,h2,h3",
+        "MARUN_NIC": "lo",
+        "MARUN_SPARES": "1",
+        "MARUN_MAX_RESTARTS": "2",
+        **extra,
+    }
+
+
+def _appended(index: int) -> list[str]:
+    return ["--init_method", "tcp://10.0.0.1:29500", "--rank", str(index), "--world_size", "4"]
+
+
+def _plan(tmp_path: Path, index: int, **extra: str) -> dict:  # type: ignore[type-arg]
+    (tmp_path / "train.py").write_text("")
+    argv = ["plan", "--format", "json", "--", "train.py", *_appended(index)]
+    res = run_marun(argv, env=_env(index, **extra), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    plan: dict = json.loads(res.stdout)  # type: ignore[type-arg]
+    return plan
+
+
+def test_a_node_that_trains_is_planned_as_its_place_of_three(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, 1)
+    (node,) = plan["nodes"]
+    ranks = [p["env"]["RANK"] for p in node["processes"]]
+    assert ranks == ["2", "3"] and node["processes"][0]["env"]["WORLD_SIZE"] == "6"
+    coord = plan["coordination"]
+    assert (coord["nodes"], coord["index"], coord["spares"]) == (4, 1, 1)
+    assert any("hot spares: the job trains on 3 node(s)" in n for n in plan["notes"])
+
+
+def test_a_spare_plans_nothing_and_says_so(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, 3)
+    (node,) = plan["nodes"]
+    assert node["processes"] == [] and node["index"] == 3
+    assert plan["coordination"]["index"] == 3
+    assert any("node 3 is a spare: it starts nothing" in n for n in plan["notes"])
+
+
+def test_a_spare_given_place_1_plans_what_node_1_planned(tmp_path: Path) -> None:
+    cwd = str(tmp_path)
+    (tmp_path / "train.py").write_text("")
+
+    def platform(index: int):  # type: ignore[no-untyped-def]
+        settings = Settings(nic="lo", max_restarts=2)
+        return read_platform(["train.py", *_appended(index)], _env(index), cwd, settings)
+
+    placed = build_plan("pytorch", as_place(platform(3), 1, 3))
+    own = build_plan("pytorch", as_place(platform(1), 1, 3))
+    assert [p.env for p in placed.nodes[0].processes] == [p.env for p in own.nodes[0].processes]
+    assert [p.argv for p in placed.nodes[0].processes] == [p.argv for p in own.nodes[0].processes]
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        ({"MARUN_MAX_RESTARTS": "0"}, "spares=1: expected 0 without restart rounds"),
+        ({"MARUN_SPARES": "4"}, "spares=4: expected fewer than the platform's 4 node(s)"),
+        ({"MARUN_SPARES": "x"}, "MARUN_SPARES='x'"),
+    ],
+)
+def test_spares_that_cannot_work_are_one_line_of_bad_input(
+    tmp_path: Path, extra: dict[str, str], words: str
+) -> None:
+    (tmp_path / "train.py").write_text("")
+    argv = ["run", "--", "train.py", *_appended(1)]
+    res = run_marun(argv, env=_env(1, **extra), cwd=tmp_path)
+    assert res.returncode == 2 and words in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_spares_in_a_mode_whose_places_are_not_planned_yet_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("")
+    env = {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "0", "MARUN_SPARES": "1",
+           "MARUN_MAX_RESTARTS": "1", "MA_NUM_GPUS": "1"}  # fmt: skip
+    res = run_marun(["run", "--mode", "mindspore", "--", "train.py"], env=env, cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    assert "spares=1: expected 0 in mindspore mode" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_simulate_refuses_spares_once_where_every_node_would(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("")
+    argv = ["simulate", "--mode", "mindspore", "--nodes", "2", "--devices", "1"]
+    res = run_marun([*argv, "--max-restarts", "1", "--spares", "1", "--", "train.py"], cwd=tmp_path)
+    assert res.returncode == 2 and "spares=1: expected 0 in mindspore mode" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
