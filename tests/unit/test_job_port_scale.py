@@ -14,13 +14,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from marun.job.conns import Conn
 from marun.job.coordinator import Coordinator
 from marun.job.heartbeat import Beat, heartbeat_interval
 from marun.job.limits import HELLO_WAIT, OUTPUT_LIMIT, SLOW_READER, listen_backlog
 from marun.job.messages import Dump, Refused
 from marun.job.protocol import PROTOCOL, decode, encode, fresh, new_nonce
 from marun.job.roster import MemberState, Roster
-from marun.job.wire import Conn
 from marun.plan.coordination import Coordination
 
 SECRET = b"scale-secret"

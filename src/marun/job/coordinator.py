@@ -40,13 +40,14 @@ from marun.job.actions import (
     TurnAway,
     WriteReport,
 )
+from marun.job.conns import Conn, Lane
 from marun.job.job_state import RoundRecord
 from marun.job.machine import STALL, JobMachine
 from marun.job.messages import Hello, StopJob, member_message
 from marun.job.phases import JobPhase
 from marun.job.protocol import new_nonce
 from marun.job.roster import Roster
-from marun.job.wire import TICK, Conn, JobPort
+from marun.job.wire import TICK, JobPort
 from marun.plan.coordination import Coordination
 from marun.runtime.failure import Failure
 from marun.runtime.round_rule import RoundRule
@@ -246,24 +247,24 @@ class Coordinator:
 
     # -- between the port and the machine -------------------------------------------------
 
-    def _line(self, conn: Conn, body: dict[str, Any]) -> None:
+    def _line(self, lane: Lane, body: dict[str, Any]) -> None:
         try:
             msg = member_message(body)
         except ValueError as exc:  # a preflight report or link that is not one
-            self.port.refuse(conn, f"{body['type']}: {exc}"[:300])
-            self.port.drop(conn)
+            self.port.refuse(lane.conn, f"{body['type']}: {exc}"[:300])
+            self.port.drop(lane.conn)
             return
         now, wall = time.monotonic(), time.time()
         with self._lock:
             if isinstance(msg, Hello):
-                actions = self.machine.hello(conn, conn.address, msg, now, wall)
+                actions = self.machine.hello(lane, lane.address, msg, now, wall)
             else:
                 key = (int(body["node"]), int(body["slot"]))
-                actions = self.machine.message(conn, key, str(body["type"]), msg, now, wall)
+                actions = self.machine.message(lane, key, str(body["type"]), msg, now, wall)
             self._apply(actions)
 
-    def _closed(self, conn: Conn) -> None:
-        self.machine.closed(conn, time.monotonic())
+    def _closed(self, lane: Lane) -> None:
+        self.machine.closed(lane, time.monotonic())
 
     def _apply(self, actions: list[Action]) -> None:
         """What the machine decided, in its order (the lock held)."""
@@ -271,14 +272,16 @@ class Coordinator:
         for action in actions:
             if isinstance(action, Send):
                 member = self.members.get(action.key)
-                if member is not None and isinstance(member.conn, Conn):
-                    port.send_conn(member.conn, action.message)
+                if member is not None and isinstance(member.conn, Lane):
+                    port.send_lane(member.conn, action.message)
             elif isinstance(action, Broadcast):
-                # the part common to all is encoded once (marun.job.signing)
+                # the part common to all is encoded once (marun.job.signing), and goes once per
+                # connection: a node's relay hands it to each of its slots node 0 welcomed
                 template = port.template(action.message)
-                for member in list(self.members.values()):
-                    if isinstance(member.conn, Conn):
-                        port.send_signed(member.conn, template)
+                members = self.members.values()
+                conns = {m.conn.conn: 0 for m in members if isinstance(m.conn, Lane)}
+                for conn in conns:
+                    port.send_signed(conn, template)
             elif isinstance(action, Log):
                 self._log(action.event, action.level, **action.fields)
             elif isinstance(action, Announce):
@@ -290,16 +293,16 @@ class Coordinator:
 
     def _apply_to_conn(self, action: Action) -> None:
         port = self.port
-        if isinstance(action, Bind) and isinstance(action.handle, Conn):
+        if isinstance(action, Bind) and isinstance(action.handle, Lane):
             port.bind(action.handle, action.key)
-        elif isinstance(action, Drop) and isinstance(action.handle, Conn):
-            port.drop(action.handle)
-        elif isinstance(action, Refuse) and isinstance(action.handle, Conn):
-            port.refuse(action.handle, action.why)
+        elif isinstance(action, Drop) and isinstance(action.handle, Lane):
+            port.drop_lane(action.handle)
+        elif isinstance(action, Refuse) and isinstance(action.handle, Lane):
+            port.refuse(action.handle.conn, action.why)
             if action.close:
-                port.drop(action.handle)
-        elif isinstance(action, TurnAway) and isinstance(action.handle, Conn):
-            port.turn_away(action.handle, action.why)
+                port.drop_lane(action.handle)
+        elif isinstance(action, TurnAway) and isinstance(action.handle, Lane):
+            port.turn_away_lane(action.handle, action.why)
 
     # -- the report -------------------------------------------------------------------------
 

@@ -20,9 +20,9 @@ import socket
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
+from marun.job.conns import Conn, Lane, resolve_all
 from marun.job.limits import (
     ACCEPTS_PER_WAKE,
     HELLO_WAIT,
@@ -34,48 +34,36 @@ from marun.job.limits import (
     per_source_limit,
     total_limit,
 )
-from marun.job.messages import Challenge, LeaderBeat, LeaderMessage, Refused
+from marun.job.messages import (
+    Challenge,
+    DropLane,
+    LeaderBeat,
+    LeaderMessage,
+    Refused,
+)
 from marun.job.protocol import (
-    MAX_HELLO_LINE,
     MAX_LINE,
     PROTOCOL,
-    LineBuffer,
     ProtocolError,
     decode,
     fresh,
     is_nonce,
-    new_nonce,
 )
+from marun.job.relay_side import beats_of
 from marun.job.signing import Template
 from marun.plan.coordination import Coordination
 
 TICK = 0.2  # the coordinator's loop (and its tick) runs at least this often
 
 
-@dataclass(eq=False)
-class Conn:
-    sock: socket.socket
-    address: str
-    opened: float = field(default_factory=time.monotonic)
-    buf: LineBuffer = field(default_factory=lambda: LineBuffer(MAX_HELLO_LINE))
-    member: tuple[int, int] | None = None
-    nonce: str = field(default_factory=new_nonce)  # ours: every line in must name it
-    peer_nonce: str | None = None  # the member's, from its hello: every line out names it
-    seq_in: int = -1
-    seq_out: int = 0
-    # Lines not yet taken by the socket: sent by the selector when it is writable (node 0's
-    # one loop never waits on one member), bounded (limits.OUTPUT_LIMIT, SLOW_READER).
-    out: bytearray = field(default_factory=bytearray)
-    stuck_since: float | None = None  # monotonic: output waiting, and no byte taken since
-    last_out: float = 0.0  # monotonic: the last line queued (node 0's heartbeat is due after)
-    beating: bool = False  # in the heartbeat schedule
-    closing: bool = False  # closed once its output is out (a refusal's reason)
-
-
 class JobPort:
     """The connections of node 0's job port (the coordinator's thread is the only one that
-    uses it; `on_line` is called with each line's decoded body, `on_closed` once per closed
-    connection)."""
+    uses it; `on_line` is called with each line's decoded body and the lane it came on,
+    `on_closed` once per lane that closed: its connection's, or the relay's `gone`).
+
+    In a job of several slots a node (marun.job.relay, in its slot 0's marun) brings its slots
+    on one connection (`relayed`): each line names its slot, node 0's lines for one slot name it
+    (`to`), and a line for all (a broadcast) goes once per connection."""
 
     def __init__(
         self,
@@ -85,8 +73,8 @@ class JobPort:
         hb_every: float,
         *,
         log: Callable[..., None],
-        on_line: Callable[[Conn, dict[str, Any]], None],
-        on_closed: Callable[[Conn], None],
+        on_line: Callable[[Lane, dict[str, Any]], None],
+        on_closed: Callable[[Lane], None],
     ) -> None:
         self.coord = coord
         self._secret = secret
@@ -94,6 +82,7 @@ class JobPort:
         self.hb_every = hb_every  # both sides' heartbeat interval (marun.job.heartbeat)
         self._on_line = on_line
         self._on_closed = on_closed
+        self.relayed = coord.slots > 1  # every connection is a node's relay (marun.job.relay)
         self.sel = selectors.DefaultSelector()
         self.server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -206,12 +195,46 @@ class JobPort:
                 if body["type"] == "hello":
                     if not is_nonce(body.get("nonce")):
                         raise ProtocolError("hello without a nonce")
-                    conn.peer_nonce = str(body["nonce"])
-            except ProtocolError as exc:
+                    if conn.peer_nonce is None:  # (a relay's every hello names the same)
+                        conn.peer_nonce = str(body["nonce"])
+                if conn.node is not None and body["node"] != conn.node:
+                    raise ProtocolError(
+                        f"a line of node {body['node']} on node {conn.node}'s connection"
+                    )
+                if body["type"] == "beats":
+                    beats = beats_of(body.get("beats"), self.coord.slots)
+            except (ProtocolError, ValueError) as exc:
                 self.refuse(conn, str(exc))
                 self.drop(conn)
                 return
-            self._on_line(conn, body)
+            kind, slot = body["type"], body["slot"]
+            if kind == "gone":
+                self._gone(conn, slot)
+            elif kind == "beats":
+                for beat_slot, fields in beats:
+                    hb = {"job": body["job"], "node": body["node"], "slot": beat_slot}
+                    hb.update(fields, type="hb")
+                    self._on_line(self._lane(conn, beat_slot), hb)
+                    if conn not in self.conns or conn.closing:
+                        return
+            else:
+                self._on_line(self._lane(conn, slot), body)
+
+    def _lane(self, conn: Conn, slot: int) -> Lane:
+        """The lane a line of `slot` came on: the connection's, or a new one (kept only for a
+        slot of the job: at most `slots` a connection; another is the machine's to turn away)."""
+        lane = conn.lanes.get(slot)
+        if lane is None:
+            lane = Lane(conn, slot)
+            if 0 <= slot < self.coord.slots:
+                conn.lanes[slot] = lane
+        return lane
+
+    def _gone(self, conn: Conn, slot: int) -> None:
+        """The relay says a slot's marun left it: that lane is closed."""
+        lane = conn.lanes.pop(slot, None)
+        if lane is not None:
+            self._on_closed(lane)
 
     def drop(self, conn: Conn) -> None:
         with contextlib.suppress(KeyError, ValueError):
@@ -226,12 +249,53 @@ class JobPort:
             self.per_source[conn.address] = left
         else:
             self.per_source.pop(conn.address, None)
-        self._on_closed(conn)
+        lanes, conn.lanes = list(conn.lanes.values()), {}
+        for lane in lanes:
+            self._on_closed(lane)
 
-    def bind(self, conn: Conn, key: tuple[int, int]) -> None:
+    def bind(self, lane: Lane, key: tuple[int, int]) -> None:
         """Its hello was taken: it speaks for `key`, and longer lines (stacks) may follow."""
-        conn.member = key
+        lane.member = key
+        conn = lane.conn
+        if conn.node is None:
+            conn.node = key[0]
+        conn.member = conn.member or key
         conn.buf.limit = MAX_LINE
+
+    def drop_lane(self, lane: Lane) -> None:
+        """Let go of one marun: a direct member's connection is closed (it reconnects); behind a
+        relay its lane is, and the relay told to close that slot's local connection."""
+        conn = lane.conn
+        if not self.relayed:
+            self.drop(conn)
+            return
+        if conn.lanes.get(lane.slot) is lane:
+            del conn.lanes[lane.slot]
+            self.send_conn(conn, DropLane(), to=lane.slot)
+            self._on_closed(lane)
+
+    def turn_away_lane(self, lane: Lane, why: str) -> None:
+        """`turn_away` for one marun: behind a relay its `refused` goes to its slot, and its lane
+        is let go of (the relay closes that slot's local connection once the line is out)."""
+        if not self.relayed:
+            self.turn_away(lane.conn, why)
+            return
+        self.refuse(lane.conn, why)
+        conn = lane.conn
+        if conn.peer_nonce is not None:
+            self.send_conn(conn, Refused(why), to=lane.slot)
+        if conn.lanes.get(lane.slot) is lane:
+            self.drop_lane(lane)
+        else:
+            self.send_conn(conn, DropLane(), to=lane.slot)  # (a slot the job does not have)
+
+    def send_lane(self, lane: Lane, message: LeaderMessage) -> None:
+        """A line for one marun: on its connection, naming its slot behind a relay."""
+        conn = lane.conn
+        if not self.relayed:
+            self.send_conn(conn, message)
+        elif conn.lanes.get(lane.slot) is lane:
+            self.send_conn(conn, message, to=lane.slot)
 
     def refuse(self, conn: Conn, why: str) -> None:
         self.refusals.refuse(conn.address, why)
@@ -256,17 +320,19 @@ class JobPort:
         now = time.monotonic()
         if self._allowed is None or (address not in self._allowed and now - self._allowed_at > 5):
             # Names of pods may resolve only some time after they start: look again, not often.
-            self._allowed = _resolve_all(self.coord.hosts)
+            self._allowed = resolve_all(self.coord.hosts)
             self._allowed_at = now
         return address in self._allowed
 
     # -- sending ----------------------------------------------------------------------------
 
-    def send_conn(self, conn: Conn, message: LeaderMessage | Challenge, **protocol: str) -> None:
-        """(`protocol`: the challenge's nonce)"""
+    def send_conn(
+        self, conn: Conn, message: LeaderMessage | Challenge, **protocol: str | int
+    ) -> None:
+        """(`protocol`: the challenge's nonce, a relayed slot's `to`)"""
         self.send_signed(conn, self.template(message, **protocol))
 
-    def template(self, message: LeaderMessage | Challenge, **protocol: str) -> Template:
+    def template(self, message: LeaderMessage | Challenge, **protocol: str | int) -> Template:
         """A message as a line to sign for each connection (encoded once for many)."""
         body = {"job": self.coord.job, "node": self.coord.leader, "slot": 0}
         body.update(message.to_wire(), **protocol, type=message.KIND)
@@ -374,14 +440,3 @@ class JobPort:
                     continue
                 conn.last_out = max(conn.last_out, now)  # due again an interval after `now`
             self._schedule_beat(conn, conn.last_out + self.hb_every)
-
-
-def _resolve_all(hosts: tuple[str, ...]) -> set[str]:
-    found: set[str] = set()
-    for host in hosts:
-        try:
-            for info in socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM):
-                found.add(str(info[4][0]))
-        except OSError:
-            continue
-    return found

@@ -1,0 +1,62 @@
+"""Node 0's connections (marun.job.wire's `JobPort` keeps them): a `Conn` per socket, and on it
+a `Lane` per marun it carries: the handle the job machine knows a member by. A node's relay
+(marun.job.relay) brings its node's slots on one connection, a lane each."""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass, field
+
+from marun.job.protocol import MAX_HELLO_LINE, LineBuffer, new_nonce
+
+
+@dataclass(eq=False)
+class Conn:
+    sock: socket.socket
+    address: str
+    opened: float = field(default_factory=time.monotonic)
+    buf: LineBuffer = field(default_factory=lambda: LineBuffer(MAX_HELLO_LINE))
+    member: tuple[int, int] | None = None
+    nonce: str = field(default_factory=new_nonce)  # ours: every line in must name it
+    peer_nonce: str | None = None  # the member's, from its hello: every line out names it
+    seq_in: int = -1
+    seq_out: int = 0
+    # Lines not yet taken by the socket: sent by the selector when it is writable (node 0's
+    # one loop never waits on one member), bounded (limits.OUTPUT_LIMIT, SLOW_READER).
+    out: bytearray = field(default_factory=bytearray)
+    stuck_since: float | None = None  # monotonic: output waiting, and no byte taken since
+    last_out: float = 0.0  # monotonic: the last line queued (node 0's heartbeat is due after)
+    beating: bool = False  # in the heartbeat schedule
+    closing: bool = False  # closed once its output is out (a refusal's reason)
+    # One connection per node (marun.job.relay): the node its first taken hello named, and its
+    # slots on it by slot (a direct member's connection has its one, slot 0 of a job of one slot)
+    node: int | None = None
+    lanes: dict[int, Lane] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class Lane:
+    """One marun (a node's slot) on a connection: the handle the job machine knows a member by.
+    Behind a relay a node's slots share their node's connection, each on its lane; a direct
+    member's connection carries its one lane."""
+
+    conn: Conn
+    slot: int
+    member: tuple[int, int] | None = None  # bound: its hello was taken
+
+    @property
+    def address(self) -> str:
+        return self.conn.address
+
+
+def resolve_all(hosts: tuple[str, ...]) -> set[str]:
+    """The addresses the job's hosts resolve to now (those that do)."""
+    found: set[str] = set()
+    for host in hosts:
+        try:
+            for info in socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM):
+                found.add(str(info[4][0]))
+        except OSError:
+            continue
+    return found
