@@ -83,9 +83,11 @@ class AscendJob:
                     "MA_NUM_GPUS": str(self.devices),
                     "MARUN_JOB_PORT": str(self.port),
                     "MARUN_JOB_TOKEN": "ascend-job-token",
-                    "MARUN_GRACE_PERIOD": "5",
+                    # hundreds of maruns on 2 shared cores: a rank told to stop by a round may
+                    # not run for 20 s (one that outlives SIGKILL fails the round)
+                    "MARUN_GRACE_PERIOD": "30",
                     "MARUN_ARRIVAL_TIMEOUT": "180",
-                    "MARUN_PEER_TIMEOUT": "30",
+                    "MARUN_PEER_TIMEOUT": "60",
                     **self.extra,
                 }
             )

@@ -52,7 +52,8 @@ from marun.plan.coordination import Coordination
 from marun.runtime.failure import Failure
 from marun.runtime.round_rule import RoundRule
 
-TICK_WALKS = 8192  # members the tick may walk a second (it walks all: lost nodes, the end)
+TICK_WALKS = 16384  # members the tick may walk a second (it walks all: lost nodes, the end)
+TICK_MOST = 2.0  # seconds between two ticks at most (lost nodes are found within a tick)
 
 
 class Coordinator:
@@ -94,12 +95,14 @@ class Coordinator:
             log=self._log,
             on_line=self._line,
             on_closed=self._closed,
+            on_beats=self._beats,
         )
         # The tick walks every member (lost nodes, the end): after every batch of lines in a
         # small job, in a larger one as often as TICK_WALKS member visits a second allow: every
-        # 0.125 s at 1,024 marun processes, every second at 8,192.
-        self._tick_every = min(1.0, self.expected / TICK_WALKS)
-        self._last_tick = 0.0
+        # 0.5 s at 8,192 marun processes, every 2 s at 32,768 (12 ms a walk here). The port's
+        # part (hello time-outs, slow readers, node 0's heartbeats due) runs every TICK.
+        self._tick_every = min(TICK_MOST, self.expected / TICK_WALKS)
+        self._last_tick = self._last_port_tick = 0.0
         self._last_run = time.monotonic()
         # Not a phase of the job: another thread's request that this one finish (after DONE).
         self._close_requested = threading.Event()
@@ -192,6 +195,9 @@ class Coordinator:
                     if self._tick_due():  # in a large job not after every batch
                         with self._lock:
                             self._tick()
+                    elif time.monotonic() - self._last_port_tick >= TICK:
+                        self._last_port_tick = time.monotonic()
+                        self.port.tick(self._last_port_tick)
                 except Exception as exc:
                     self._unexpected(exc, None)
                 if self._close_requested.is_set():
@@ -212,7 +218,7 @@ class Coordinator:
         return True
 
     def _tick(self) -> None:
-        now = time.monotonic()
+        now = self._last_port_tick = time.monotonic()
         self.port.tick(now)  # hello time-outs, slow readers, heartbeats due (wire.py)
         # Frozen since the loop's last look (SIGSTOP between it and here): the nodes' silence is
         # node 0's own, which the next look (_check_stall) judges; none of them is lost for it.
@@ -262,6 +268,15 @@ class Coordinator:
                 key = (int(body["node"]), int(body["slot"]))
                 actions = self.machine.message(lane, key, str(body["type"]), msg, now, wall)
             self._apply(actions)
+
+    def _beats(self, beats: list[tuple[Lane, dict[str, Any]]]) -> None:
+        """A relay's `beats` line: each slot's heartbeat, under one take of the lock."""
+        now, wall = time.monotonic(), time.time()
+        with self._lock:
+            for lane, body in beats:
+                msg = member_message(body)
+                key = (int(body["node"]), int(body["slot"]))
+                self._apply(self.machine.message(lane, key, "hb", msg, now, wall))
 
     def _closed(self, lane: Lane) -> None:
         self.machine.closed(lane, time.monotonic())

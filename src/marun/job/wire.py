@@ -75,6 +75,7 @@ class JobPort:
         log: Callable[..., None],
         on_line: Callable[[Lane, dict[str, Any]], None],
         on_closed: Callable[[Lane], None],
+        on_beats: Callable[[list[tuple[Lane, dict[str, Any]]]], None] | None = None,
     ) -> None:
         self.coord = coord
         self._secret = secret
@@ -82,6 +83,7 @@ class JobPort:
         self.hb_every = hb_every  # both sides' heartbeat interval (marun.job.heartbeat)
         self._on_line = on_line
         self._on_closed = on_closed
+        self._on_beats = on_beats  # a relay's `beats` line at once (else as `hb` lines)
         self.relayed = coord.slots > 1  # every connection is a node's relay (marun.job.relay)
         self.sel = selectors.DefaultSelector()
         self.server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -211,12 +213,16 @@ class JobPort:
             if kind == "gone":
                 self._gone(conn, slot)
             elif kind == "beats":
+                hbs = []
                 for beat_slot, fields in beats:
                     hb = {"job": body["job"], "node": body["node"], "slot": beat_slot}
                     hb.update(fields, type="hb")
-                    self._on_line(self._lane(conn, beat_slot), hb)
-                    if conn not in self.conns or conn.closing:
-                        return
+                    hbs.append((self._lane(conn, beat_slot), hb))
+                if self._on_beats is not None:
+                    self._on_beats(hbs)
+                else:
+                    for lane, hb in hbs:
+                        self._on_line(lane, hb)
             else:
                 self._on_line(self._lane(conn, slot), body)
 
