@@ -97,8 +97,8 @@ if hasattr(Coordinator, "_apply"):  # the job machine's shell: the stop's action
     def timed_apply(self, actions):  # node 0's own part of the fan-out: every stop signed, sent
         t = time.perf_counter()
         _apply(self, actions)
-        if any(type(getattr(a, "message", None)).__name__ == "StopJob" and not hasattr(a, "key")
-               for a in actions):
+        if actions and any(type(getattr(a, "message", None)).__name__ == "StopJob"
+                           and not hasattr(a, "key") for a in actions):
             print("stop_sent", time.perf_counter() - t, flush=True)
     Coordinator._apply = timed_apply
 else:  # before part 18's machine (a baseline's source on PYTHONPATH)

@@ -25,6 +25,7 @@ class Conn:
     # Lines not yet taken by the socket: sent by the selector when it is writable (node 0's
     # one loop never waits on one member), bounded (limits.OUTPUT_LIMIT, SLOW_READER).
     out: bytearray = field(default_factory=bytearray)
+    corked: bytearray = field(default_factory=bytearray)  # replies while its lines are read
     stuck_since: float | None = None  # monotonic: output waiting, and no byte taken since
     last_out: float = 0.0  # monotonic: the last line queued (node 0's heartbeat is due after)
     beating: bool = False  # in the heartbeat schedule
@@ -60,3 +61,25 @@ def resolve_all(hosts: tuple[str, ...]) -> set[str]:
         except OSError:
             continue
     return found
+
+
+class AllowedHosts:
+    """Whether a connection's source address is one of the job's hosts (resolved; loopback is
+    this node's own marun processes), asked of each connection as it opens."""
+
+    def __init__(self, hosts: tuple[str, ...]) -> None:
+        self._hosts = hosts
+        self._allowed: set[str] | None = None
+        self._allowed_at = 0.0
+
+    def __call__(self, address: str) -> bool:
+        if address.startswith("127.") or address == "::1":
+            return True  # this node's own marun processes (and nobody else's: a container)
+        if not self._hosts:
+            return True  # the job's hosts are unknown; the job id and the secret still hold
+        now = time.monotonic()
+        if self._allowed is None or (address not in self._allowed and now - self._allowed_at > 5):
+            # Names of pods may resolve only some time after they start: look again, not often.
+            self._allowed = resolve_all(self._hosts)
+            self._allowed_at = now
+        return address in self._allowed

@@ -1,12 +1,9 @@
 """Node 0's job port, the shell's wire (`JobPort`): who may connect, the connections, reading,
-refusing and sending. What the lines mean is the job machine's (marun.job.machine): the port
-hands each signed, fresh line to `on_line` and each closed connection to `on_closed`.
-
-What any one event costs does not grow with the job (docs/performance.md, "The job's
-coordination at scale"): connections are counted per source as they open and close, the ones
-without a hello wait in a queue in the order they came, lines out go through a buffer per
-connection that the selector drains, and node 0's heartbeats come from a schedule (a heap by
-when each is due), not a pass over every member."""
+refusing and sending; what the lines mean is the job machine's (marun.job.machine). What one
+event costs does not grow with the job (docs/performance.md): connections are counted per
+source, the ones without a hello wait in a queue, lines out go through a buffer per connection
+that the selector drains, node 0's heartbeats come from a schedule (a heap by when each is
+due), not a pass over every member."""
 
 from __future__ import annotations
 
@@ -22,7 +19,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from marun.job.conns import Conn, Lane, resolve_all
+from marun.job.conns import AllowedHosts, Conn, Lane
 from marun.job.limits import (
     ACCEPTS_PER_WAKE,
     HELLO_WAIT,
@@ -85,6 +82,7 @@ class JobPort:
         self._on_closed = on_closed
         self._on_beats = on_beats  # a relay's `beats` line at once (else as `hb` lines)
         self.relayed = coord.slots > 1  # every connection is a node's relay (marun.job.relay)
+        self._corked: Conn | None = None  # the connection being read (its replies wait)
         self.sel = selectors.DefaultSelector()
         self.server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -101,8 +99,7 @@ class JobPort:
         self._beats: list[tuple[float, int, Conn]] = []
         self._beat_order = itertools.count()
         self._hb_line = self.template(LeaderBeat())
-        self._allowed: set[str] | None = None
-        self._allowed_at = 0.0
+        self._address_allowed = AllowedHosts(coord.hosts)
 
     @property
     def expected(self) -> int:
@@ -118,8 +115,7 @@ class JobPort:
         self.reserve.close()
 
     def accept(self) -> None:
-        """Every connection waiting (up to ACCEPTS_PER_WAKE), not one per wake-up: 8,192 nodes
-        connect within seconds."""
+        """Every connection waiting (up to ACCEPTS_PER_WAKE), not one per wake-up."""
         for _ in range(ACCEPTS_PER_WAKE):
             try:
                 sock, peer = self.server.accept()
@@ -173,6 +169,15 @@ class JobPort:
             self.read(conn)
 
     def read(self, conn: Conn) -> None:
+        """Its lines; node 0's replies go out in one send (a relay's 8 hellos: one send)."""
+        self._corked = conn
+        try:
+            self._read(conn)
+        finally:
+            self._corked = None
+            self._uncork(conn)
+
+    def _read(self, conn: Conn) -> None:
         try:
             data = conn.sock.recv(1 << 16)
         except BlockingIOError:
@@ -227,8 +232,7 @@ class JobPort:
                 self._on_line(self._lane(conn, slot), body)
 
     def _lane(self, conn: Conn, slot: int) -> Lane:
-        """The lane a line of `slot` came on: the connection's, or a new one (kept only for a
-        slot of the job: at most `slots` a connection; another is the machine's to turn away)."""
+        """The lane of `slot` on `conn`, new or kept (kept for a slot of the job only)."""
         lane = conn.lanes.get(slot)
         if lane is None:
             lane = Lane(conn, slot)
@@ -269,8 +273,7 @@ class JobPort:
         conn.buf.limit = MAX_LINE
 
     def drop_lane(self, lane: Lane) -> None:
-        """Let go of one marun: a direct member's connection is closed (it reconnects); behind a
-        relay its lane is, and the relay told to close that slot's local connection."""
+        """Let go of one marun: its connection (it reconnects), or behind a relay its lane."""
         conn = lane.conn
         if not self.relayed:
             self.drop(conn)
@@ -281,8 +284,7 @@ class JobPort:
             self._on_closed(lane)
 
     def turn_away_lane(self, lane: Lane, why: str) -> None:
-        """`turn_away` for one marun: behind a relay its `refused` goes to its slot, and its lane
-        is let go of (the relay closes that slot's local connection once the line is out)."""
+        """`turn_away` for one marun: behind a relay, `refused` to its slot and its lane let go."""
         if not self.relayed:
             self.turn_away(lane.conn, why)
             return
@@ -312,23 +314,12 @@ class JobPort:
         self.refuse(conn, why)
         if conn.peer_nonce is not None:
             self.send_conn(conn, Refused(why))
+        self._uncork(conn)
         if conn.out and conn in self.conns:
             conn.closing = True  # read no more; _flush closes it (or SLOW_READER does)
             self._interest(conn, selectors.EVENT_WRITE)
         else:
             self.drop(conn)
-
-    def _address_allowed(self, address: str) -> bool:
-        if address.startswith("127.") or address == "::1":
-            return True  # this node's own marun processes (and nobody else's: a container)
-        if not self.coord.hosts:
-            return True  # the job's hosts are unknown; the job id and the secret still hold
-        now = time.monotonic()
-        if self._allowed is None or (address not in self._allowed and now - self._allowed_at > 5):
-            # Names of pods may resolve only some time after they start: look again, not often.
-            self._allowed = resolve_all(self.coord.hosts)
-            self._allowed_at = now
-        return address in self._allowed
 
     # -- sending ----------------------------------------------------------------------------
 
@@ -355,6 +346,19 @@ class JobPort:
         conn.seq_out += 1
         now = time.monotonic()
         conn.last_out = now
+        if conn is self._corked:  # replies to what it sent, in one send once it is read
+            conn.corked += line
+        else:
+            self._send_bytes(conn, line, now)
+        if not conn.beating and conn.member is not None and conn in self.conns:
+            self._schedule_beat(conn, now + random.uniform(0.0, self.hb_every))
+
+    def _uncork(self, conn: Conn) -> None:
+        if conn.corked and conn in self.conns:
+            data, conn.corked = bytes(conn.corked), bytearray()
+            self._send_bytes(conn, data, time.monotonic())
+
+    def _send_bytes(self, conn: Conn, line: bytes, now: float) -> None:
         if conn.out:
             conn.out += line
             if len(conn.out) > OUTPUT_LIMIT:
@@ -373,8 +377,6 @@ class JobPort:
             conn.stuck_since = now
             self.stuck.add(conn)
             self._interest(conn, selectors.EVENT_READ | selectors.EVENT_WRITE)
-        if not conn.beating and conn.member is not None:
-            self._schedule_beat(conn, now + random.uniform(0.0, self.hb_every))
 
     def flush(self, conn: Conn) -> None:
         """The socket is writable: as much of the waiting output as it takes."""
