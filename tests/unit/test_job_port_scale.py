@@ -174,6 +174,18 @@ def test_a_connection_without_hello_is_dropped_from_its_queue(coordinator: Coord
         sock.close()
 
 
+def test_a_hello_node_0_has_not_read_yet_keeps_its_connection(coordinator: Coordinator) -> None:
+    """At 4,096 nodes node 0 may be seconds behind reading hellos: a connection whose hello
+    waits in its socket is not dropped for node 0's lag."""
+    ours, theirs = socket.socketpair()
+    coordinator.port.take(ours, "127.0.0.6")
+    (conn,) = coordinator.port.conns
+    theirs.sendall(b'{"body": "{}"')  # (its first bytes: node 0 has read nothing yet)
+    coordinator.port.tick(conn.opened + HELLO_WAIT + 0.5)
+    assert conn in coordinator.port.conns
+    theirs.close()
+
+
 def test_heartbeats_go_where_nothing_else_went(coordinator: Coordinator) -> None:
     conn, theirs, _ = connect(coordinator, 1)
     every = coordinator.hb_every

@@ -83,3 +83,11 @@ class AllowedHosts:
             self._allowed = resolve_all(self._hosts)
             self._allowed_at = now
         return address in self._allowed
+
+
+def has_bytes(sock: socket.socket) -> bool:
+    """Bytes wait in the socket (node 0 has not read them yet)."""
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except OSError:
+        return False

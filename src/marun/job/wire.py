@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from marun.job.conns import AllowedHosts, Conn, Lane
+from marun.job.conns import AllowedHosts, Conn, Lane, has_bytes
 from marun.job.limits import (
     ACCEPTS_PER_WAKE,
     HELLO_WAIT,
@@ -54,13 +54,10 @@ TICK = 0.2  # the coordinator's loop (and its tick) runs at least this often
 
 
 class JobPort:
-    """The connections of node 0's job port (the coordinator's thread is the only one that
-    uses it; `on_line` is called with each line's decoded body and the lane it came on,
-    `on_closed` once per lane that closed: its connection's, or the relay's `gone`).
-
-    In a job of several slots a node (marun.job.relay, in its slot 0's marun) brings its slots
-    on one connection (`relayed`): each line names its slot, node 0's lines for one slot name it
-    (`to`), and a line for all (a broadcast) goes once per connection."""
+    """The connections of node 0's job port, used by the coordinator's thread only: `on_line`
+    gets each line's decoded body and its lane, `on_closed` each lane that closed. In a job of
+    several slots every connection is a node's relay's (marun.job.relay, `relayed`): a line names
+    its slot, node 0's lines for one slot name it (`to`), a broadcast goes once per connection."""
 
     def __init__(
         self,
@@ -241,7 +238,6 @@ class JobPort:
         return lane
 
     def _gone(self, conn: Conn, slot: int) -> None:
-        """The relay says a slot's marun left it: that lane is closed."""
         lane = conn.lanes.pop(slot, None)
         if lane is not None:
             self._on_closed(lane)
@@ -418,6 +414,10 @@ class JobPort:
                 waiting.popleft()
             elif now - conn.opened > HELLO_WAIT:
                 waiting.popleft()
+                if has_bytes(conn.sock):  # its hello waits for node 0 (behind at arrival)
+                    conn.opened = now
+                    waiting.append(conn)
+                    continue
                 self.refuse(conn, f"no hello within {HELLO_WAIT:g}s")
                 self.drop(conn)
             else:
