@@ -2,10 +2,16 @@
 
 Node 0's real Coordinator (marun.job.coordinator) runs in a child process of its own; N x S light
 members speak its wire protocol (challenge, signed hello with the member's nonce, signed
-heartbeats with sequence numbers every second, start/stop) from one asyncio loop in this
-process, so the members' cost is not node 0's. One slot of the job is a real member
-(marun.job.member.Member) in a third process, whose own CPU is measured too. Everything runs on
-loopback; node n's members connect from 127.1.x.y (one address per node, as one pod each).
+heartbeats with sequence numbers, start/stop) from asyncio loops in --procs worker processes (2
+by default: one loop's 2 s time-outs were the harness's own bottleneck at 16,384 members), so
+the members' cost is not node 0's. A source whose protocol has relays (3, part 24: one
+connection per node, marun.job.relay) is met by light nodes: one connection a node carrying its
+S slots (a hello each, their heartbeats in one `beats` line, node 0's broadcasts once); an older
+source by one connection per member, as before. The last node is real: a real Relay and S real
+Members (marun.job.member.Member; one real Member of one slot for an older source) in a third
+process, whose own CPU is measured too. Everything runs on loopback; node n's members connect
+from 127.1.x.y (one address per node, as one pod each). Run sizes of 256 x 8 and more inside a
+network namespace of their own (`unshare --net`): their TIME_WAIT sockets stay there.
 
 The job has a secret (MARUN_JOB_TOKEN-style), so every line is HMAC-signed and checked. Node 0's
 log is a no-op here (a real marun writes a node_arrived line per member; not counted).
@@ -30,14 +36,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import multiprocessing
 import os
 import random
 import resource
+import select
 import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import ClassVar
 
@@ -88,7 +97,8 @@ if hasattr(Coordinator, "_apply"):  # the job machine's shell: the stop's action
     def timed_apply(self, actions):  # node 0's own part of the fan-out: every stop signed, sent
         t = time.perf_counter()
         _apply(self, actions)
-        if any(getattr(a, "kind", None) == "stop" and not hasattr(a, "key") for a in actions):
+        if actions and any(type(getattr(a, "message", None)).__name__ == "StopJob"
+                           and not hasattr(a, "key") for a in actions):
             print("stop_sent", time.perf_counter() - t, flush=True)
     Coordinator._apply = timed_apply
 else:  # before part 18's machine (a baseline's source on PYTHONPATH)
@@ -124,8 +134,9 @@ sys.stdin.read()
 
 REAL_MEMBER = (
     """\
-import os, sys, time
+import dataclasses, os, sys, time
 from marun.job.member import Member
+from marun.job.protocol import PROTOCOL
 from marun.plan.coordination import Coordination
 nodes, slots, port = map(int, sys.argv[1:4])
 """
@@ -134,11 +145,19 @@ nodes, slots, port = map(int, sys.argv[1:4])
 coord = Coordination(host="127.0.0.1", port=port, nodes=nodes, index=nodes - 1, job=sys.argv[4],
                      slots=slots, slot=slots - 1, arrival_timeout=600.0,
                      peer_timeout=float(sys.argv[5]), auth="token")
-m = Member(coord, os.environ["MARUN_JOB_TOKEN"].encode(), "127.0.0.1")
+secret = os.environ["MARUN_JOB_TOKEN"].encode()
+members = []
+if PROTOCOL >= 3 and slots > 1:  # one connection per node: the node's relay and every slot
+    from marun.job.relay import Relay
+    relay = Relay(dataclasses.replace(coord, slot=0), secret, "127.0.0.1").start()
+    members = [Member(dataclasses.replace(coord, slot=s), secret, "127.0.0.1")
+               for s in range(slots)]
+else:
+    members = [Member(coord, secret, "127.0.0.1")]
 end = time.monotonic() + 60
-while m._sock is None and time.monotonic() < end:  # connected (bench only: a private field)
+while time.monotonic() < end and not all(m.machine.welcomed for m in members):
     time.sleep(0.05)
-print("ready" if m._sock is not None else "not connected", flush=True)
+print("ready" if all(m.machine.welcomed for m in members) else "not connected", flush=True)
 sys.stdin.read()
 """
 )
@@ -249,9 +268,7 @@ class Light:
             self.connected = time.monotonic()
             self.writer, self.peer, self.mine = writer, str(challenge["nonce"]), new_nonce()
             self.seq_in, self.seq_out = int(challenge["seq"]), 0
-            self.send("hello", host=source[0], daemons_only=False, nonce=self.mine,
-                      instance=self.instance, leader=self.leader,
-                      started=bool(self.started), version=PROTOCOL)  # fmt: skip
+            self.hellos(source[0])
             beat = asyncio.ensure_future(self._heartbeats())
             try:
                 await self._read(reader)
@@ -267,19 +284,27 @@ class Light:
             WHY["closed by node 0"] += 1
             await asyncio.sleep(RETRY)
 
+    def hellos(self, host: str) -> None:
+        self.send("hello", host=host, daemons_only=False, nonce=self.mine,
+                  instance=self.instance, leader=self.leader,
+                  started=bool(self.started), version=PROTOCOL)  # fmt: skip
+
+    def beat(self) -> None:
+        if Light.progress:  # one rank per member, a step further at each beat
+            self.step += 1
+            rank = self.node * 8 + self.slot
+            report = {"ranks": [[rank, self.step, 1_000_000, 1.0]]}
+            self.send("hb", idle=0.0, progress=report)
+        else:
+            self.send("hb", idle=0.0)
+
     async def _heartbeats(self) -> None:
         # As marun.job.heartbeat.Beat: at once in a small job, else at a random point of the
         # first interval; then every interval.
         await asyncio.sleep(random.uniform(0.0, self.every - 1.0))
         while True:
             if not self.silent:
-                if Light.progress:  # one rank per member, a step further at each beat
-                    self.step += 1
-                    rank = self.node * 8 + self.slot
-                    report = {"ranks": [[rank, self.step, 1_000_000, 1.0]]}
-                    self.send("hb", idle=0.0, progress=report)
-                else:
-                    self.send("hb", idle=0.0)
+                self.beat()
             await asyncio.sleep(self.every)
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
@@ -319,6 +344,7 @@ class Result:
     rss: float = float("nan")
     member_share: float = float("nan")
     every: float = 1.0  # the heartbeat interval of the job
+    real_members: int = 1  # in the real process (a node's relay and its slots, or one member)
     detection: float = float("nan")  # --lost: silent member's last line -> node 0's stop
     note: str = ""
 
@@ -331,9 +357,104 @@ def interval(members: int, peer_timeout: float, beats: float) -> float:
     return _heartbeat.heartbeat_interval(members, peer_timeout)
 
 
-async def measure(
+RELAYED = PROTOCOL >= 3  # the source under test has one connection per node (part 24)
+
+
+@dataclass
+class LightNode(Light):
+    """One light node behind its relay (part 24): one connection carrying its `slots` slots (a
+    hello each, node 0's welcome to each, its broadcasts once; the slots' heartbeats in one
+    `beats` line an interval), as marun.job.relay speaks for a node. Started and stopped when
+    its one line of node 0's says so: a real relay hands it on to its slots on the node."""
+
+    slots: int = 8
+    welcomed: int = 0
+
+    def hellos(self, host: str) -> None:
+        for slot in range(self.slots):
+            self.slot = slot
+            self.send("hello", host=host, daemons_only=False, nonce=self.mine,
+                      instance=self.instance, leader=self.leader,
+                      started=bool(self.started), version=PROTOCOL)  # fmt: skip
+        self.slot = 0
+
+    def beat(self) -> None:
+        progress = None
+        if Light.progress:
+            self.step += 1
+            progress = {"ranks": [[self.node * self.slots, self.step, 1_000_000, 1.0]]}
+        self.send("beats", beats=[[s, 0.0, None, progress] for s in range(self.slots)])
+
+
+async def _arrive(lights: list[Light], port: int, deadline: float) -> list[asyncio.Future[None]]:
+    tasks = [asyncio.ensure_future(m.run(port, deadline)) for m in lights]
+    while time.monotonic() < deadline and not all(m.started for m in lights):
+        await asyncio.sleep(0.05)
+    return tasks
+
+
+async def _worker(pipe: Connection, lights: list[Light], port: int) -> None:
+    """A process of light members: they connect on `go`, say when all started, then fail one
+    of theirs (or silence one) on word from the bench and say when the stop reached them."""
+    loop = asyncio.get_running_loop()
+    _, deadline = await loop.run_in_executor(None, pipe.recv)
+    mine0 = time.process_time()
+    tasks = await _arrive(lights, port, deadline)
+    started = [m for m in lights if m.started]
+    pipe.send({
+        "missing": len(lights) - len(started),
+        "last_connect": max((m.connected for m in lights), default=0.0),
+        "all_started": max((m.started for m in started), default=0.0),
+        "retries": sum(m.retries for m in lights),
+        "cpu": time.process_time() - mine0,
+        "why": dict(WHY),
+    })  # fmt: skip
+    command, wait = await loop.run_in_executor(None, pipe.recv)
+    others, frozen = lights, None
+    if command == "fail":
+        failing = lights[0]
+        failing.send("failure", failure={"node": failing.node, "exit_code": 3, "why": "x"})
+    elif command == "lost":
+        frozen = lights[len(lights) // 2]
+        frozen.silent = True
+        others = [m for m in lights if m is not frozen]
+    try:
+        await asyncio.wait_for(asyncio.gather(*(m.done.wait() for m in others)), timeout=wait)
+        out = {"first": min(m.stopped for m in others), "last": max(m.stopped for m in others)}
+    except asyncio.TimeoutError:
+        out = {"timeout": sum(1 for m in others if not m.stopped)}
+    if frozen is not None:
+        out["frozen_last"] = frozen.last_sent
+    pipe.send(out)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for m in lights:
+        if m.writer is not None:
+            m.writer.close()
+
+
+def _worker_main(pipe: Connection, lights: list[Light], port: int) -> None:
+    asyncio.run(_worker(pipe, lights, port))
+
+
+def make_lights(nodes: int, slots: int, every: float) -> list[Light]:
+    """Every member but the real ones: all nodes but the last behind relays, else every member
+    but the last node's last slot."""
+    secret = TOKEN.encode()
+    if RELAYED and slots > 1:
+        return [LightNode(n, 0, secret, every=every, slots=slots) for n in range(nodes - 1)]
+    return [
+        Light(n, s, secret, every=every)
+        for n in range(nodes)
+        for s in range(slots)
+        if (n, s) != (nodes - 1, slots - 1)
+    ]
+
+
+def measure(
     nodes: int, slots: int, steady: float, limit: float, peer_timeout: float, beats: float,
-    lost: bool,
+    lost: bool, procs: int,
 ) -> Result:  # fmt: skip
     res = Result(f"{nodes}x{slots}", nodes * slots)
     res.every = interval(nodes * slots, peer_timeout, beats)
@@ -350,7 +471,7 @@ async def measure(
         text=True,
     )  # fmt: skip  (stderr: a port taken meanwhile is tried again, in main)
     real = None
-    lights: list[Light] = []
+    workers: list[tuple[multiprocessing.Process, Connection]] = []
     try:
         assert node0.stdout is not None
         if node0.stdout.readline().strip() != "ready":
@@ -364,83 +485,84 @@ async def measure(
         if real.stdout.readline().strip() != "ready":
             res.note = "the real member did not connect"
             return res
-        secret = TOKEN.encode()
-        lights = [
-            Light(n, s, secret, every=res.every)
-            for n in range(nodes)
-            for s in range(slots)
-            if (n, s) != (nodes - 1, slots - 1)
-        ]
-        cpu0, mine0, drops0 = cpu_seconds(node0.pid), time.process_time(), listen_overflows()
+        res.real_members = slots if RELAYED and slots > 1 else 1
+        lights = make_lights(nodes, slots, res.every)
+        fork = multiprocessing.get_context("fork")
+        for k in range(procs):
+            ours, theirs = fork.Pipe()
+            proc = fork.Process(target=_worker_main, args=(theirs, lights[k::procs], port))
+            proc.start()
+            workers.append((proc, ours))
+        del lights
+        cpu0, drops0 = cpu_seconds(node0.pid), listen_overflows()
         t0 = time.monotonic()
-        deadline = t0 + limit
-        tasks = [asyncio.ensure_future(m.run(port, deadline)) for m in lights]
-        while time.monotonic() < deadline and not all(m.started for m in lights):
-            await asyncio.sleep(0.05)
+        for _, pipe in workers:
+            pipe.send(("go", t0 + limit))
+        arrived = [pipe.recv() for _, pipe in workers]
         res.arrival_cpu = cpu_seconds(node0.pid) - cpu0
-        res.members_cpu = time.process_time() - mine0
-        res.retries = sum(m.retries for m in lights)
-        if WHY:
-            res.note = "retries: " + ", ".join(f"{n} {why}" for why, n in WHY.most_common())
+        res.members_cpu = sum(a["cpu"] for a in arrived)
+        res.retries = sum(a["retries"] for a in arrived)
+        why: collections.Counter[str] = collections.Counter()
+        for a in arrived:
+            why.update(a["why"])
+        if why:
+            res.note = "retries: " + ", ".join(f"{n} {w}" for w, n in why.most_common())
             res.note += f"; listen queue overflows meanwhile: {listen_overflows() - drops0}"
-            WHY.clear()
-        if not all(m.started for m in lights):
-            missing = sum(1 for m in lights if not m.started)
-            res.note = f"{missing} members not started within {limit:g}s; " + res.note
+        missing = sum(a["missing"] for a in arrived)
+        if missing:
+            res.note = f"{missing} light connections not started within {limit:g}s; " + res.note
             return res
-        last_connect = max(m.connected for m in lights)
-        all_started = max(m.started for m in lights)
-        res.last_connect_to_started = all_started - last_connect
-        res.first_try_to_started = all_started - t0
-        await asyncio.sleep(2.0)  # let arrival's last replies settle
+        res.last_connect_to_started = max(a["all_started"] for a in arrived) - max(
+            a["last_connect"] for a in arrived
+        )
+        res.first_try_to_started = max(a["all_started"] for a in arrived) - t0
+        time.sleep(2.0)  # let arrival's last replies settle
         c0, r0, w0 = cpu_seconds(node0.pid), cpu_seconds(real.pid), time.monotonic()
-        await asyncio.sleep(steady)
+        time.sleep(steady)
         c1, r1, w1 = cpu_seconds(node0.pid), cpu_seconds(real.pid), time.monotonic()
         res.steady_share = (c1 - c0) / (w1 - w0)
         res.member_share = (r1 - r0) / (w1 - w0)
         res.rss = rss_mib(node0.pid)
+        # Fail-fast: worker 0's first light member reports a rank's failure; node 0 sends `stop`
+        # (--lost: one of its members goes silent and keeps its connection, a frozen marun).
+        wait = peer_timeout + 60.0 if lost else max(30.0, limit / 4)
+        sent = time.monotonic()
+        for k, (_, pipe) in enumerate(workers):
+            pipe.send(("lost" if lost else "fail" if k == 0 else "wait", wait))
+        stopped = [pipe.recv() for _, pipe in workers]
+        if any("timeout" in out for out in stopped):
+            res.note = "stop did not reach every member within the wait"
+            return res
+        first = min(out["first"] for out in stopped)
+        last = max(out["last"] for out in stopped)
         if lost:
-            # A frozen marun: one member says nothing more and keeps its connection; node 0
-            # must declare it lost peer_timeout after its last line and stop everyone else.
-            frozen = lights[len(lights) // 2]
-            frozen.silent = True
-            others = [m for m in lights if m is not frozen]
-            await asyncio.wait_for(
-                asyncio.gather(*(m.done.wait() for m in others)), timeout=peer_timeout + 60.0
-            )
-            first = min(m.stopped for m in others)
-            res.detection = first - frozen.last_sent
-            res.stop_fanout = max(m.stopped for m in others) - first
+            res.detection = first - stopped[0]["frozen_last"]
+            res.stop_fanout = last - first
         else:
-            # Fail-fast: the first light member reports a rank's failure; node 0 sends `stop`.
-            failing = lights[0]
-            sent = time.monotonic()
-            failing.send("failure", failure={"node": failing.node, "exit_code": 3, "why": "x"})
-            await asyncio.wait_for(
-                asyncio.gather(*(m.done.wait() for m in lights)), timeout=max(30.0, limit / 4)
-            )
-            res.stop_fanout = max(m.stopped for m in lights) - sent
-        line = node0.stdout.readline().split()
-        if line[:1] == ["stop_sent"]:
-            res.stop_sent = float(line[1])
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    except asyncio.TimeoutError:
-        res.note = "stop did not reach every member within the wait"
+            res.stop_fanout = last - sent
+        if select.select([node0.stdout], [], [], 5.0)[0]:
+            line = node0.stdout.readline().split()
+            if line[:1] == ["stop_sent"]:
+                res.stop_sent = float(line[1])
     finally:
-        for m in lights:
-            if m.writer is not None:
-                m.writer.close()
-        for proc in (real, node0):
-            if proc is not None:
-                proc.kill()
-                proc.wait()
+        for proc, _ in workers:
+            proc.kill()
+            proc.join()
+        for popen in (real, node0):
+            if popen is not None:
+                popen.kill()
+                popen.wait()
     return res
 
 
 def raise_file_limit(need: int) -> str:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < need:
+        try:  # root (in its network namespace, say) may raise the hard limit too
+            resource.setrlimit(resource.RLIMIT_NOFILE, (need, need))
+            hard = need
+        except (ValueError, OSError):
+            pass
     want = hard if hard != resource.RLIM_INFINITY else max(soft, need)
     if soft < want:
         resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
@@ -478,6 +600,9 @@ def main() -> int:
         help="every heartbeat carries its rank's step (part 21: node 0 aggregates the job's)",
     )
     parser.add_argument(
+        "--procs", type=int, default=2, help="processes the light members are spread over"
+    )
+    parser.add_argument(
         "--lost",
         action="store_true",
         help="the stop comes from a member that goes silent (lost-node detection), not a failure",
@@ -498,6 +623,11 @@ def main() -> int:
             return 2
         sizes.append((n, s))
     print(f"# {load_note()}")
+    source = os.environ.get("MARUN_BENCH_SRC", "this checkout's src")
+    shape = "one connection per node (relays)" if RELAYED else "one connection per marun"
+    print(
+        f"# source: {source}, protocol {PROTOCOL}: {shape}; light members in {args.procs} processes"
+    )
     print(f"# {raise_file_limit(max(n * s for n, s in sizes) * 2 + 256)}")
     print(
         f"# steady state over {args.steady:g}s; "
@@ -508,18 +638,17 @@ def main() -> int:
     results = []
     for n, s in sizes:
         for _ in range(5):  # a free port picked may be taken before node 0 binds it: again
-            res = asyncio.run(
-                measure(n, s, args.steady, args.limit, args.peer_timeout,
-                        args.beats_per_second, args.lost)
-            )  # fmt: skip
+            res = measure(n, s, args.steady, args.limit, args.peer_timeout,
+                          args.beats_per_second, args.lost, max(1, args.procs))  # fmt: skip
             if res.note != "node 0 did not start":
                 break
         results.append(res)
         print(f"# {res.size} done{': ' + res.note if res.note else ''}", flush=True)
     base = results[0]
     header = ("size", "members", "last connect -> all started", "first try -> all started",
-              "retries", "node 0 CPU arrival", "per member x", "node 0 steady", "per member x",
-              "stop to last", "node 0's stop", "node 0 RSS", "real member steady",
+              "retries (per member)", "node 0 CPU arrival", "per member x", "node 0 steady",
+              "per member x", "stop to last", "node 0's stop", "node 0 RSS",
+              "real marun steady (each)",
               "light members' CPU arrival", "heartbeat every", "lost after")  # fmt: skip
     print("| " + " | ".join(header) + " |")
     print("|" + " --- |" * len(header))
@@ -535,10 +664,12 @@ def main() -> int:
             else float("nan")
         )
         row = (r.size, str(r.members), f"{r.last_connect_to_started:.2f} s",
-               f"{r.first_try_to_started:.2f} s", str(r.retries), f"{r.arrival_cpu:.2f} s",
+               f"{r.first_try_to_started:.2f} s", f"{r.retries} ({r.retries / r.members:.2f})",
+               f"{r.arrival_cpu:.2f} s",
                f"{arr_x:.2f}", f"{100 * r.steady_share:.1f}% of a core", f"{st_x:.2f}",
                f"{r.stop_fanout:.3f} s", f"{r.stop_sent:.3f} s", f"{r.rss:.0f} MiB",
-               f"{100 * r.member_share:.2f}% of a core", f"{r.members_cpu:.2f} s",
+               f"{100 * r.member_share / r.real_members:.2f}% of a core",
+               f"{r.members_cpu:.2f} s",
                f"{r.every:g} s", f"{r.detection:.1f} s")  # fmt: skip
         print("| " + " | ".join(row) + " |" + (f" {r.note}" if r.note else ""))
     return 0

@@ -41,10 +41,10 @@ import marun.job.coordinator
 import marun.job.limits
 import marun.job.report
 import marun.job.wire
+from marun.job.conns import Conn
 from marun.job.coordinator import Coordinator
 from marun.job.phases import JobPhase
 from marun.job.protocol import PROTOCOL, LineBuffer, ProtocolError, decode, encode, new_nonce
-from marun.job.wire import Conn
 from marun.plan.coordination import Coordination
 from marun.runtime.round_rule import RoundRule
 

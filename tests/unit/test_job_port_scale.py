@@ -14,13 +14,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from marun.job.conns import Conn
 from marun.job.coordinator import Coordinator
 from marun.job.heartbeat import Beat, heartbeat_interval
 from marun.job.limits import HELLO_WAIT, OUTPUT_LIMIT, SLOW_READER, listen_backlog
 from marun.job.messages import Dump, Refused
 from marun.job.protocol import PROTOCOL, decode, encode, fresh, new_nonce
 from marun.job.roster import MemberState, Roster
-from marun.job.wire import Conn
 from marun.plan.coordination import Coordination
 
 SECRET = b"scale-secret"
@@ -172,6 +172,18 @@ def test_a_connection_without_hello_is_dropped_from_its_queue(coordinator: Coord
     assert coordinator.port.per_source["127.0.0.6"] == 1
     for sock in (old_theirs, new_theirs):
         sock.close()
+
+
+def test_a_hello_node_0_has_not_read_yet_keeps_its_connection(coordinator: Coordinator) -> None:
+    """At 4,096 nodes node 0 may be seconds behind reading hellos: a connection whose hello
+    waits in its socket is not dropped for node 0's lag."""
+    ours, theirs = socket.socketpair()
+    coordinator.port.take(ours, "127.0.0.6")
+    (conn,) = coordinator.port.conns
+    theirs.sendall(b'{"body": "{}"')  # (its first bytes: node 0 has read nothing yet)
+    coordinator.port.tick(conn.opened + HELLO_WAIT + 0.5)
+    assert conn in coordinator.port.conns
+    theirs.close()
 
 
 def test_heartbeats_go_where_nothing_else_went(coordinator: Coordinator) -> None:

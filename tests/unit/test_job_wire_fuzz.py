@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from marun.job.conns import Conn
 from marun.job.coordinator import Coordinator
 from marun.job.protocol import PROTOCOL, ProtocolError, decode, encode, new_nonce
-from marun.job.wire import Conn
 from marun.plan.coordination import Coordination
 
 SECRET = b"fuzz-secret"

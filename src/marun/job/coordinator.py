@@ -40,18 +40,20 @@ from marun.job.actions import (
     TurnAway,
     WriteReport,
 )
+from marun.job.conns import Conn, Lane
 from marun.job.job_state import RoundRecord
 from marun.job.machine import STALL, JobMachine
-from marun.job.messages import Hello, StopJob, member_message
+from marun.job.messages import Beat, Hello, StopJob, member_message
 from marun.job.phases import JobPhase
 from marun.job.protocol import new_nonce
 from marun.job.roster import Roster
-from marun.job.wire import TICK, Conn, JobPort
+from marun.job.wire import TICK, JobPort
 from marun.plan.coordination import Coordination
 from marun.runtime.failure import Failure
 from marun.runtime.round_rule import RoundRule
 
-TICK_WALKS = 8192  # members the tick may walk a second (it walks all: lost nodes, the end)
+TICK_WALKS = 16384  # members the tick may walk a second (it walks all: lost nodes, the end)
+TICK_MOST = 2.0  # seconds between two ticks at most (lost nodes are found within a tick)
 
 
 class Coordinator:
@@ -93,12 +95,14 @@ class Coordinator:
             log=self._log,
             on_line=self._line,
             on_closed=self._closed,
+            on_beats=self._beats,
         )
         # The tick walks every member (lost nodes, the end): after every batch of lines in a
         # small job, in a larger one as often as TICK_WALKS member visits a second allow: every
-        # 0.125 s at 1,024 marun processes, every second at 8,192.
-        self._tick_every = min(1.0, self.expected / TICK_WALKS)
-        self._last_tick = 0.0
+        # 0.5 s at 8,192 marun processes, every 2 s at 32,768 (12 ms a walk here). The port's
+        # part (hello time-outs, slow readers, node 0's heartbeats due) runs every TICK.
+        self._tick_every = min(TICK_MOST, self.expected / TICK_WALKS)
+        self._last_tick = self._last_port_tick = 0.0
         self._last_run = time.monotonic()
         # Not a phase of the job: another thread's request that this one finish (after DONE).
         self._close_requested = threading.Event()
@@ -191,6 +195,9 @@ class Coordinator:
                     if self._tick_due():  # in a large job not after every batch
                         with self._lock:
                             self._tick()
+                    elif time.monotonic() - self._last_port_tick >= TICK:
+                        self._last_port_tick = time.monotonic()
+                        self.port.tick(self._last_port_tick)
                 except Exception as exc:
                     self._unexpected(exc, None)
                 if self._close_requested.is_set():
@@ -211,7 +218,7 @@ class Coordinator:
         return True
 
     def _tick(self) -> None:
-        now = time.monotonic()
+        now = self._last_port_tick = time.monotonic()
         self.port.tick(now)  # hello time-outs, slow readers, heartbeats due (wire.py)
         # Frozen since the loop's last look (SIGSTOP between it and here): the nodes' silence is
         # node 0's own, which the next look (_check_stall) judges; none of them is lost for it.
@@ -246,24 +253,39 @@ class Coordinator:
 
     # -- between the port and the machine -------------------------------------------------
 
-    def _line(self, conn: Conn, body: dict[str, Any]) -> None:
+    def _line(self, lane: Lane, body: dict[str, Any]) -> None:
         try:
             msg = member_message(body)
         except ValueError as exc:  # a preflight report or link that is not one
-            self.port.refuse(conn, f"{body['type']}: {exc}"[:300])
-            self.port.drop(conn)
+            self.port.refuse(lane.conn, f"{body['type']}: {exc}"[:300])
+            self.port.drop(lane.conn)
             return
         now, wall = time.monotonic(), time.time()
         with self._lock:
             if isinstance(msg, Hello):
-                actions = self.machine.hello(conn, conn.address, msg, now, wall)
+                actions = self.machine.hello(lane, lane.address, msg, now, wall)
             else:
                 key = (int(body["node"]), int(body["slot"]))
-                actions = self.machine.message(conn, key, str(body["type"]), msg, now, wall)
+                actions = self.machine.message(lane, key, str(body["type"]), msg, now, wall)
             self._apply(actions)
 
-    def _closed(self, conn: Conn) -> None:
-        self.machine.closed(conn, time.monotonic())
+    def _beats(self, beats: list[tuple[Lane, dict[str, Any]]]) -> None:
+        """A relay's `beats` line: each slot's heartbeat, under one take of the lock."""
+        now, wall = time.monotonic(), time.time()
+        with self._lock:
+            for lane, body in beats:
+                cpu = body.get("cpu")
+                if "progress" in body:
+                    msg = member_message(body)
+                else:  # (the common case, built at once: 1,638 a second at 4,096 x 8)
+                    msg = Beat(max(0.0, float(body["idle"])), None if cpu is None else float(cpu))
+                key = (body["node"], body["slot"])
+                actions = self.machine.message(lane, key, "hb", msg, now, wall)
+                if actions:
+                    self._apply(actions)
+
+    def _closed(self, lane: Lane) -> None:
+        self.machine.closed(lane, time.monotonic())
 
     def _apply(self, actions: list[Action]) -> None:
         """What the machine decided, in its order (the lock held)."""
@@ -271,14 +293,16 @@ class Coordinator:
         for action in actions:
             if isinstance(action, Send):
                 member = self.members.get(action.key)
-                if member is not None and isinstance(member.conn, Conn):
-                    port.send_conn(member.conn, action.message)
+                if member is not None and isinstance(member.conn, Lane):
+                    port.send_lane(member.conn, action.message)
             elif isinstance(action, Broadcast):
-                # the part common to all is encoded once (marun.job.signing)
+                # the part common to all is encoded once (marun.job.signing), and goes once per
+                # connection: a node's relay hands it to each of its slots node 0 welcomed
                 template = port.template(action.message)
-                for member in list(self.members.values()):
-                    if isinstance(member.conn, Conn):
-                        port.send_signed(member.conn, template)
+                members = self.members.values()
+                conns = {m.conn.conn: 0 for m in members if isinstance(m.conn, Lane)}
+                for conn in conns:
+                    port.send_signed(conn, template)
             elif isinstance(action, Log):
                 self._log(action.event, action.level, **action.fields)
             elif isinstance(action, Announce):
@@ -290,16 +314,16 @@ class Coordinator:
 
     def _apply_to_conn(self, action: Action) -> None:
         port = self.port
-        if isinstance(action, Bind) and isinstance(action.handle, Conn):
+        if isinstance(action, Bind) and isinstance(action.handle, Lane):
             port.bind(action.handle, action.key)
-        elif isinstance(action, Drop) and isinstance(action.handle, Conn):
-            port.drop(action.handle)
-        elif isinstance(action, Refuse) and isinstance(action.handle, Conn):
-            port.refuse(action.handle, action.why)
+        elif isinstance(action, Drop) and isinstance(action.handle, Lane):
+            port.drop_lane(action.handle)
+        elif isinstance(action, Refuse) and isinstance(action.handle, Lane):
+            port.refuse(action.handle.conn, action.why)
             if action.close:
-                port.drop(action.handle)
-        elif isinstance(action, TurnAway) and isinstance(action.handle, Conn):
-            port.turn_away(action.handle, action.why)
+                port.drop_lane(action.handle)
+        elif isinstance(action, TurnAway) and isinstance(action.handle, Lane):
+            port.turn_away_lane(action.handle, action.why)
 
     # -- the report -------------------------------------------------------------------------
 

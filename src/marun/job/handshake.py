@@ -32,7 +32,18 @@ def read_challenge(
         lines = buf.feed(data)
         if lines:
             break
-    body = decode(secret, None, lines[0])
+    nonce, seq = check_challenge(lines[0], sock, secret, coord, host)
+    if len(lines) > 1:
+        raise ProtocolError("more than a challenge before our hello")
+    return nonce, seq, buf
+
+
+def check_challenge(
+    line: bytes, sock: socket.socket, secret: bytes, coord: Coordination, host: str
+) -> tuple[str, int]:
+    """A connection's first line, node 0's challenge: its nonce and sequence number
+    (ProtocolError for anything else; node 0 of another job is told so on `sock`)."""
+    body = decode(secret, None, line)
     if body["job"] != coord.job:
         # Node 0 of another job (same port, same secret): say hello all the same, so that
         # its marun says so too (one line on each side), then leave.
@@ -59,6 +70,4 @@ def read_challenge(
         raise ProtocolError(f"{body['type']} instead of a challenge")
     if not isinstance(seq, int) or isinstance(seq, bool):
         raise ProtocolError("a challenge without a sequence number")
-    if len(lines) > 1:
-        raise ProtocolError("more than a challenge before our hello")
-    return str(body["nonce"]), seq, buf
+    return str(body["nonce"]), seq

@@ -17,8 +17,7 @@ The reason goes into the job's first failure (every node prints it; job.json kee
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 IDLE_CPU = 0.05  # CPU seconds per second per node below which a node's ranks count as idle
@@ -28,12 +27,22 @@ MISSING_MARK = "py-spy is not installed"
 ACTIVE_MARK = "(active"  # py-spy dump: `Thread 12 (active): "MainThread"`, or (idle)
 
 
+class History(Protocol):
+    """(monotonic, CPU seconds) figures, oldest first (marun.job.roster.CpuHistory, a deque)."""
+
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[tuple[float, float]]: ...
+    def __getitem__(self, index: int) -> tuple[float, float]: ...
+
+
 class Node(Protocol):
     node: int
     slot: int
     host: str
     stacks: str | None
-    cpu_history: deque[tuple[float, float]]
+
+    @property
+    def cpu_history(self) -> History: ...
 
 
 def cpu_used(nodes: Sequence[Node], now: float, window: float) -> float | None:

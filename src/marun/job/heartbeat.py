@@ -27,6 +27,10 @@ import time
 
 from marun.plan.coordination import HEARTBEAT, Coordination
 
+ARRIVALS_PER_SECOND = 2000  # connections node 0 takes in a second, about (accept, challenge,
+# hello: 110-190 us each measured, docs/performance.md): a member's tries spread over the
+# time its job's connections take to arrive
+CONNECT_WAIT = 2.0  # seconds for a connection and node 0's challenge, in a small job
 BEATS_PER_SECOND = 256  # heartbeats node 0 takes in a second (and sends) in a large job, about
 PER_PEER_TIMEOUT = 3  # heartbeats at least per peer_timeout
 PER_HANG_TIMEOUT = 4  # heartbeats (CPU figures) at least per hang_timeout
@@ -67,24 +71,35 @@ class Beat:
         return True
 
 
+def connect_wait(connections: int) -> float:
+    """Seconds a try of a connection waits for node 0's challenge in a job of `connections`
+    connections into node 0 (nodes, with relays): node 0 may be answering the others first."""
+    return CONNECT_WAIT + connections / ARRIVALS_PER_SECOND
+
+
 class Backoff:
     """A member's wait before its next try of a connection. One that could not be made (node
     0's marun not up yet: the usual case while pods start) is tried again after FIRST_RETRY,
-    jittered. One turned away (another job's marun on the port, a marun too many for this node,
-    another protocol version) waits twice as long each time, up to MAX_RETRY, so that a member
-    turned away costs node 0 next to nothing. One welcomed and then dropped (a network blip)
-    is tried again at once: node 0 counts a node lost 1.5 s after its drop."""
+    jittered, plus a random part of the time the job's `connections` take to arrive at
+    ARRIVALS_PER_SECOND (0.5 s more at 1,024 nodes, 2 s at 4,096), so that a job's members
+    that failed together do not come back together. One turned away (another job's marun on
+    the port, a marun too many for this node, another protocol version) waits twice as long
+    each time, up to MAX_RETRY, so that a member turned away costs node 0 next to nothing. One
+    welcomed and then dropped (a network blip) is tried again at once: node 0 counts a node
+    lost 1.5 s after its drop."""
 
     FIRST_RETRY = 0.5
     MAX_RETRY = 5.0
 
-    def __init__(self) -> None:
+    def __init__(self, connections: int = 1) -> None:
         self.next_try = 0.0  # monotonic: no try before this
         self._wait = self.FIRST_RETRY
+        self._spread = connections / ARRIVALS_PER_SECOND
 
     def failed(self, turned_away: bool) -> None:
         wait = self._wait if turned_away else self.FIRST_RETRY
-        self.next_try = time.monotonic() + wait * random.uniform(0.5, 1.5)
+        jitter = random.uniform(0.0, self._spread)
+        self.next_try = time.monotonic() + wait * random.uniform(0.5, 1.5) + jitter
         if turned_away:
             self._wait = min(2 * self._wait, self.MAX_RETRY)
 

@@ -11,6 +11,7 @@ from marun.inputs.injected import Platform
 from marun.job.coordinator import Coordinator
 from marun.job.member import Member
 from marun.job.protocol import job_secret
+from marun.plan.coordination import Coordination
 from marun.plan.launch_plan import LaunchPlan
 from marun.runtime.round_rule import RoundRule, planned_ports
 
@@ -55,6 +56,7 @@ def open_link(plan: LaunchPlan, log: Any, platform: Platform | None = None) -> M
             report_dir=watching.record_dir or os.path.dirname(node.processes[0].log),
             preflight=policy,
         ).start()
+    relay = _relay(coord, secret, node.host, coordinator, emit)
     return Member(
         coord,
         secret,
@@ -63,4 +65,32 @@ def open_link(plan: LaunchPlan, log: Any, platform: Platform | None = None) -> M
         coordinator=coordinator,
         log=emit,
         preflight_needs=needs,
+        relay=relay,
     )
+
+
+def _relay(
+    coord: Coordination,
+    secret: bytes,
+    host: str,
+    coordinator: Coordinator | None,
+    emit: Any,
+) -> Any:
+    """One connection per node: a job of several slots reaches node 0 through its slot 0's
+    marun (marun.job.relay); none elsewhere."""
+    if coord.slots == 1 or coord.slot != 0:
+        return None
+    from marun.errors import InputError
+    from marun.job.relay import Relay
+
+    try:
+        relay = Relay(coord, secret, host, leader_local=coordinator is not None, log=emit)
+    except OSError as exc:
+        if coordinator is not None:
+            coordinator.close(linger=0.0)
+        raise InputError(
+            f"node {coord.index} slot 0 cannot listen for its node's other slots "
+            f"({exc.strerror}: a second slot 0 marun of this node, or of a job with the same "
+            "id on this host?); expected one marun per device"
+        ) from None
+    return relay.start()

@@ -7,6 +7,7 @@ What each of node 0's lines and each turn of time mean is the member machine's
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import queue
 import select
@@ -20,7 +21,7 @@ from typing import Any
 from marun.job.coordinator import Coordinator, console_line
 from marun.job.cputime import descendants_cpu
 from marun.job.handshake import read_challenge
-from marun.job.heartbeat import Backoff, Beat
+from marun.job.heartbeat import Backoff, Beat, connect_wait
 from marun.job.member_machine import (
     Disconnect,
     MemberAction,
@@ -75,6 +76,7 @@ class Member:
         coordinator: Coordinator | None = None,
         log: Any = None,
         preflight_needs: Any = None,
+        relay: Any = None,
     ) -> None:
         self.coord = coord
         self._secret = secret
@@ -82,8 +84,8 @@ class Member:
         self._daemons_only = daemons_only
         self.coordinator = coordinator
         self._log = log or (lambda event, level="info", **kw: None)
-        # The leader's own member talks to its coordinator over loopback.
-        self._target = ("127.0.0.1" if coordinator is not None else coord.host, coord.port)
+        self._target = _target(coord, coordinator is not None)
+        self.relay = relay
         self._events: queue.Queue[JobEvent] = queue.Queue()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -112,7 +114,10 @@ class Member:
         self._progress: Callable[[float], Any] | None = None  # watch_progress
         # Not a phase: the owner's request (close()) that the thread finish.
         self._close_requested = threading.Event()
-        self._backoff = Backoff()  # before the next try of a connection (marun.job.heartbeat)
+        # before the next try of a connection (marun.job.heartbeat): to node 0, spread over the
+        # time the job's nodes take to arrive; to the node's relay, as before
+        self._backoff = Backoff(coord.nodes if coord.slots == 1 else 1)
+        self._wait = connect_wait(coord.nodes) if coord.slots == 1 else 2.0
         self.instance = new_nonce()  # this marun process's (node 0 tells a restarted one apart)
         # What this node last said of its state (its failure, a round's `stopped` and `running`,
         # its `end`), said again right after every hello: said while not connected, or on a
@@ -213,6 +218,8 @@ class Member:
         if self._preflight is not None:
             self._preflight.close()
         self._thread.join(3.0)
+        if self.relay is not None:
+            self.relay.close()  # (node 0's `done` went to every slot of this node)
         if self.coordinator is not None:
             self.coordinator.close()
         for fd in (self._wake_r, self._wake_w):
@@ -327,13 +334,32 @@ class Member:
                 continue
             self._apply(self.machine.heard(leader_message(body), time.monotonic()))
 
+    def _open(self) -> socket.socket:
+        target = self._target
+        if isinstance(target, tuple):
+            sock = socket.create_connection(target, timeout=self._wait)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return sock
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self._wait)
+            sock.connect(target)
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
     def _connect(self) -> bool:
         try:
-            sock = socket.create_connection(self._target, timeout=2.0)
+            sock = self._open()
         except OSError as exc:
+            relay_gone = exc.errno in (errno.ECONNREFUSED, errno.ENOENT)
+            if isinstance(self._target, str) and self.machine.leader_instance and relay_gone:
+                # the node's relay, which carried this marun to node 0, is gone
+                self._apply(self.machine.relay_gone())
+                return False
             self._apply(self.machine.connect_failed(exc.strerror or str(exc)))
             return False
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             peer, self._seq_in, self._buf = read_challenge(
                 sock, self._secret, self.coord, self._host
@@ -400,3 +426,14 @@ class Member:
                 sock.sendall(line)
             except OSError:
                 self._disconnect()
+
+
+def _target(coord: Coordination, leader: bool) -> tuple[str, int] | str:
+    """Where a member connects: node 0's job port (the leader's own member over loopback); in a
+    job of several slots, its node's relay (its slot 0's: marun.job.relay), which carries the
+    node's slots to node 0 on one connection."""
+    if coord.slots > 1:
+        from marun.job.relay_side import relay_address
+
+        return relay_address(coord)
+    return ("127.0.0.1" if leader else coord.host, coord.port)

@@ -208,6 +208,27 @@ class MemberMachine:
             self._push(JobEvent("place", msg.place))  # (marun.launch's wait for a place)
         return self._taken()
 
+    def relay_gone(self) -> list[MemberAction]:
+        """This node's relay (its slot 0's marun: marun.job.relay) is gone after it had carried
+        this marun to node 0: the node is lost to the job (node 0 finds it so when the relay's
+        connection closes) and nobody carries node 0's word here any more: stop now, with
+        LOST_EXIT, rather than wait peer_timeout."""
+        if self.done:
+            return []
+        coord = self.coord
+        why = (
+            f"node {coord.index} lost: its slot 0's marun, which carried the node's link to node "
+            f"{coord.leader}, is gone"
+        )
+        failure = Failure(node=coord.index, exit_code=LOST_EXIT, why=why)
+        self._out.append(Disconnect())
+        if self.stop_event is None:
+            self.stop_event = JobEvent("stop", LOST_EXIT, failure)
+            self._push(self.stop_event)
+        self.gave_up = True
+        self._enter(MemberPhase.DONE)
+        return self._taken()
+
     # -- the rules --------------------------------------------------------------------------
 
     def _on_start(self, msg: Start, now: float) -> None:

@@ -340,8 +340,19 @@ class LeaderBeat:
         return {}
 
 
+@dataclass(frozen=True)
+class DropLane:
+    """Node 0 lets go of one slot behind a relay (marun.job.relay closes that slot's local
+    connection; its marun connects again, or is gone). Never reaches a member."""
+
+    KIND: ClassVar[str] = "drop"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {}
+
+
 LeaderMessage = Union[
-    Welcome, Refused, Start, Restart, StopJob, Dump, Done, LeaderBeat, Probe, Place
+    Welcome, Refused, Start, Restart, StopJob, Dump, Done, LeaderBeat, Probe, Place, DropLane
 ]
 
 

@@ -31,7 +31,9 @@ _MAC_HEX = 64  # HMAC-SHA256, in hex
 # The wire's version, in node 0's challenge and every member's hello: a marun of another
 # version is refused at its hello with one line naming both (the maruns before part 18 sent
 # none: version 1). Raise it with any change a marun of the version before would misread.
-PROTOCOL = 3  # 3: hot spares' `place`
+# 3 (part 24): a node's slots reach node 0 through their node's relay (marun.job.relay), one
+# connection per node: lanes (`to`), `gone`, `drop` and `beats`. 4 (part 23): hot spares' `place`.
+PROTOCOL = 4
 
 # What each message's fields must be, beyond job/node/slot/type/peer/seq (every other field is
 # ignored). A signed line with a field of another type is refused like a forged one: without a
@@ -58,7 +60,15 @@ FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "done": {"code": (int,)},
     "place": {"place": (int,)},
     "refused": {"why": (str,)},
+    # one connection per node (marun.job.relay): a relay's slot that left it (up), a slot node 0
+    # let go of (down), and the slots' heartbeats in one line (up): [slot, idle, cpu, progress]
+    "gone": {},
+    "drop": {},
+    "beats": {"beats": (list,)},
 }  # fmt: skip
+# A line of node 0's for one slot behind a relay names it (`to`); a line without one is for
+# every slot the relay has that node 0 welcomed (a broadcast: one line per node, not per slot).
+TO = "to"
 
 
 class ProtocolError(Exception):

@@ -16,6 +16,33 @@ from marun.job.actions import Handle, Key
 _CPU_KEPT = 4096  # heartbeats of CPU figures kept per member (over an hour at one a second)
 
 
+class CpuHistory:
+    """A member's (monotonic, CPU seconds) figures from its heartbeats, the last _CPU_KEPT; the
+    deque is made with the first figure: most jobs send none (no hang watchdog), and 32,768
+    empty deques cost node 0 24 MiB (docs/performance.md)."""
+
+    __slots__ = ("_kept",)
+
+    def __init__(self) -> None:
+        self._kept: deque[tuple[float, float]] | None = None
+
+    def append(self, figure: tuple[float, float]) -> None:
+        if self._kept is None:
+            self._kept = deque(maxlen=_CPU_KEPT)
+        self._kept.append(figure)
+
+    def __len__(self) -> int:
+        return 0 if self._kept is None else len(self._kept)
+
+    def __iter__(self) -> Iterator[tuple[float, float]]:
+        return iter(()) if self._kept is None else iter(self._kept)
+
+    def __getitem__(self, index: int) -> tuple[float, float]:
+        if self._kept is None:
+            raise IndexError(index)
+        return self._kept[index]
+
+
 @dataclass
 class MemberState:
     node: int
@@ -29,7 +56,7 @@ class MemberState:
     conn: Handle | None = None  # its connection (the shell's, opaque here); None: closed
     idle: float = 0.0  # seconds without a rank's line, as of its last heartbeat
     # (monotonic, CPU seconds its ranks have used) from its heartbeats: the hang watchdog's
-    cpu_history: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=_CPU_KEPT))
+    cpu_history: CpuHistory = field(default_factory=CpuHistory)
     daemons_only: bool = False
     ended: float | None = None
     outcome: str | None = None

@@ -1,12 +1,9 @@
 """Node 0's job port, the shell's wire (`JobPort`): who may connect, the connections, reading,
-refusing and sending. What the lines mean is the job machine's (marun.job.machine): the port
-hands each signed, fresh line to `on_line` and each closed connection to `on_closed`.
-
-What any one event costs does not grow with the job (docs/performance.md, "The job's
-coordination at scale"): connections are counted per source as they open and close, the ones
-without a hello wait in a queue in the order they came, lines out go through a buffer per
-connection that the selector drains, and node 0's heartbeats come from a schedule (a heap by
-when each is due), not a pass over every member."""
+refusing and sending; what the lines mean is the job machine's (marun.job.machine). What one
+event costs does not grow with the job (docs/performance.md): connections are counted per
+source, the ones without a hello wait in a queue, lines out go through a buffer per connection
+that the selector drains, node 0's heartbeats come from a schedule (a heap by when each is
+due), not a pass over every member."""
 
 from __future__ import annotations
 
@@ -20,9 +17,9 @@ import socket
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
+from marun.job.conns import AllowedHosts, Conn, Lane, has_bytes
 from marun.job.limits import (
     ACCEPTS_PER_WAKE,
     HELLO_WAIT,
@@ -34,48 +31,33 @@ from marun.job.limits import (
     per_source_limit,
     total_limit,
 )
-from marun.job.messages import Challenge, LeaderBeat, LeaderMessage, Refused
+from marun.job.messages import (
+    Challenge,
+    DropLane,
+    LeaderBeat,
+    LeaderMessage,
+    Refused,
+)
 from marun.job.protocol import (
-    MAX_HELLO_LINE,
     MAX_LINE,
     PROTOCOL,
-    LineBuffer,
     ProtocolError,
     decode,
     fresh,
     is_nonce,
-    new_nonce,
 )
+from marun.job.relay_side import beats_of
 from marun.job.signing import Template
 from marun.plan.coordination import Coordination
 
 TICK = 0.2  # the coordinator's loop (and its tick) runs at least this often
 
 
-@dataclass(eq=False)
-class Conn:
-    sock: socket.socket
-    address: str
-    opened: float = field(default_factory=time.monotonic)
-    buf: LineBuffer = field(default_factory=lambda: LineBuffer(MAX_HELLO_LINE))
-    member: tuple[int, int] | None = None
-    nonce: str = field(default_factory=new_nonce)  # ours: every line in must name it
-    peer_nonce: str | None = None  # the member's, from its hello: every line out names it
-    seq_in: int = -1
-    seq_out: int = 0
-    # Lines not yet taken by the socket: sent by the selector when it is writable (node 0's
-    # one loop never waits on one member), bounded (limits.OUTPUT_LIMIT, SLOW_READER).
-    out: bytearray = field(default_factory=bytearray)
-    stuck_since: float | None = None  # monotonic: output waiting, and no byte taken since
-    last_out: float = 0.0  # monotonic: the last line queued (node 0's heartbeat is due after)
-    beating: bool = False  # in the heartbeat schedule
-    closing: bool = False  # closed once its output is out (a refusal's reason)
-
-
 class JobPort:
-    """The connections of node 0's job port (the coordinator's thread is the only one that
-    uses it; `on_line` is called with each line's decoded body, `on_closed` once per closed
-    connection)."""
+    """The connections of node 0's job port, used by the coordinator's thread only: `on_line`
+    gets each line's decoded body and its lane, `on_closed` each lane that closed. In a job of
+    several slots every connection is a node's relay's (marun.job.relay, `relayed`): a line names
+    its slot, node 0's lines for one slot name it (`to`), a broadcast goes once per connection."""
 
     def __init__(
         self,
@@ -85,8 +67,9 @@ class JobPort:
         hb_every: float,
         *,
         log: Callable[..., None],
-        on_line: Callable[[Conn, dict[str, Any]], None],
-        on_closed: Callable[[Conn], None],
+        on_line: Callable[[Lane, dict[str, Any]], None],
+        on_closed: Callable[[Lane], None],
+        on_beats: Callable[[list[tuple[Lane, dict[str, Any]]]], None] | None = None,
     ) -> None:
         self.coord = coord
         self._secret = secret
@@ -94,6 +77,9 @@ class JobPort:
         self.hb_every = hb_every  # both sides' heartbeat interval (marun.job.heartbeat)
         self._on_line = on_line
         self._on_closed = on_closed
+        self._on_beats = on_beats  # a relay's `beats` line at once (else as `hb` lines)
+        self.relayed = coord.slots > 1  # every connection is a node's relay (marun.job.relay)
+        self._corked: Conn | None = None  # the connection being read (its replies wait)
         self.sel = selectors.DefaultSelector()
         self.server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -110,8 +96,7 @@ class JobPort:
         self._beats: list[tuple[float, int, Conn]] = []
         self._beat_order = itertools.count()
         self._hb_line = self.template(LeaderBeat())
-        self._allowed: set[str] | None = None
-        self._allowed_at = 0.0
+        self._address_allowed = AllowedHosts(coord.hosts)
 
     @property
     def expected(self) -> int:
@@ -127,8 +112,7 @@ class JobPort:
         self.reserve.close()
 
     def accept(self) -> None:
-        """Every connection waiting (up to ACCEPTS_PER_WAKE), not one per wake-up: 8,192 nodes
-        connect within seconds."""
+        """Every connection waiting (up to ACCEPTS_PER_WAKE), not one per wake-up."""
         for _ in range(ACCEPTS_PER_WAKE):
             try:
                 sock, peer = self.server.accept()
@@ -182,6 +166,15 @@ class JobPort:
             self.read(conn)
 
     def read(self, conn: Conn) -> None:
+        """Its lines; node 0's replies go out in one send (a relay's 8 hellos: one send)."""
+        self._corked = conn
+        try:
+            self._read(conn)
+        finally:
+            self._corked = None
+            self._uncork(conn)
+
+    def _read(self, conn: Conn) -> None:
         try:
             data = conn.sock.recv(1 << 16)
         except BlockingIOError:
@@ -206,12 +199,48 @@ class JobPort:
                 if body["type"] == "hello":
                     if not is_nonce(body.get("nonce")):
                         raise ProtocolError("hello without a nonce")
-                    conn.peer_nonce = str(body["nonce"])
-            except ProtocolError as exc:
+                    if conn.peer_nonce is None:  # (a relay's every hello names the same)
+                        conn.peer_nonce = str(body["nonce"])
+                if conn.node is not None and body["node"] != conn.node:
+                    raise ProtocolError(
+                        f"a line of node {body['node']} on node {conn.node}'s connection"
+                    )
+                if body["type"] == "beats":
+                    beats = beats_of(body.get("beats"), self.coord.slots)
+            except (ProtocolError, ValueError) as exc:
                 self.refuse(conn, str(exc))
                 self.drop(conn)
                 return
-            self._on_line(conn, body)
+            kind, slot = body["type"], body["slot"]
+            if kind == "gone":
+                self._gone(conn, slot)
+            elif kind == "beats":
+                hbs = []
+                for beat_slot, fields in beats:
+                    hb = {"job": body["job"], "node": body["node"], "slot": beat_slot}
+                    hb.update(fields, type="hb")
+                    hbs.append((self._lane(conn, beat_slot), hb))
+                if self._on_beats is not None:
+                    self._on_beats(hbs)
+                else:
+                    for lane, hb in hbs:
+                        self._on_line(lane, hb)
+            else:
+                self._on_line(self._lane(conn, slot), body)
+
+    def _lane(self, conn: Conn, slot: int) -> Lane:
+        """The lane of `slot` on `conn`, new or kept (kept for a slot of the job only)."""
+        lane = conn.lanes.get(slot)
+        if lane is None:
+            lane = Lane(conn, slot)
+            if 0 <= slot < self.coord.slots:
+                conn.lanes[slot] = lane
+        return lane
+
+    def _gone(self, conn: Conn, slot: int) -> None:
+        lane = conn.lanes.pop(slot, None)
+        if lane is not None:
+            self._on_closed(lane)
 
     def drop(self, conn: Conn) -> None:
         with contextlib.suppress(KeyError, ValueError):
@@ -226,12 +255,51 @@ class JobPort:
             self.per_source[conn.address] = left
         else:
             self.per_source.pop(conn.address, None)
-        self._on_closed(conn)
+        lanes, conn.lanes = list(conn.lanes.values()), {}
+        for lane in lanes:
+            self._on_closed(lane)
 
-    def bind(self, conn: Conn, key: tuple[int, int]) -> None:
+    def bind(self, lane: Lane, key: tuple[int, int]) -> None:
         """Its hello was taken: it speaks for `key`, and longer lines (stacks) may follow."""
-        conn.member = key
+        lane.member = key
+        conn = lane.conn
+        if conn.node is None:
+            conn.node = key[0]
+        conn.member = conn.member or key
         conn.buf.limit = MAX_LINE
+
+    def drop_lane(self, lane: Lane) -> None:
+        """Let go of one marun: its connection (it reconnects), or behind a relay its lane."""
+        conn = lane.conn
+        if not self.relayed:
+            self.drop(conn)
+            return
+        if conn.lanes.get(lane.slot) is lane:
+            del conn.lanes[lane.slot]
+            self.send_conn(conn, DropLane(), to=lane.slot)
+            self._on_closed(lane)
+
+    def turn_away_lane(self, lane: Lane, why: str) -> None:
+        """`turn_away` for one marun: behind a relay, `refused` to its slot and its lane let go."""
+        if not self.relayed:
+            self.turn_away(lane.conn, why)
+            return
+        self.refuse(lane.conn, why)
+        conn = lane.conn
+        if conn.peer_nonce is not None:
+            self.send_conn(conn, Refused(why), to=lane.slot)
+        if conn.lanes.get(lane.slot) is lane:
+            self.drop_lane(lane)
+        else:
+            self.send_conn(conn, DropLane(), to=lane.slot)  # (a slot the job does not have)
+
+    def send_lane(self, lane: Lane, message: LeaderMessage) -> None:
+        """A line for one marun: on its connection, naming its slot behind a relay."""
+        conn = lane.conn
+        if not self.relayed:
+            self.send_conn(conn, message)
+        elif conn.lanes.get(lane.slot) is lane:
+            self.send_conn(conn, message, to=lane.slot)
 
     def refuse(self, conn: Conn, why: str) -> None:
         self.refusals.refuse(conn.address, why)
@@ -242,31 +310,22 @@ class JobPort:
         self.refuse(conn, why)
         if conn.peer_nonce is not None:
             self.send_conn(conn, Refused(why))
+        self._uncork(conn)
         if conn.out and conn in self.conns:
             conn.closing = True  # read no more; _flush closes it (or SLOW_READER does)
             self._interest(conn, selectors.EVENT_WRITE)
         else:
             self.drop(conn)
 
-    def _address_allowed(self, address: str) -> bool:
-        if address.startswith("127.") or address == "::1":
-            return True  # this node's own marun processes (and nobody else's: a container)
-        if not self.coord.hosts:
-            return True  # the job's hosts are unknown; the job id and the secret still hold
-        now = time.monotonic()
-        if self._allowed is None or (address not in self._allowed and now - self._allowed_at > 5):
-            # Names of pods may resolve only some time after they start: look again, not often.
-            self._allowed = _resolve_all(self.coord.hosts)
-            self._allowed_at = now
-        return address in self._allowed
-
     # -- sending ----------------------------------------------------------------------------
 
-    def send_conn(self, conn: Conn, message: LeaderMessage | Challenge, **protocol: str) -> None:
-        """(`protocol`: the challenge's nonce)"""
+    def send_conn(
+        self, conn: Conn, message: LeaderMessage | Challenge, **protocol: str | int
+    ) -> None:
+        """(`protocol`: the challenge's nonce, a relayed slot's `to`)"""
         self.send_signed(conn, self.template(message, **protocol))
 
-    def template(self, message: LeaderMessage | Challenge, **protocol: str) -> Template:
+    def template(self, message: LeaderMessage | Challenge, **protocol: str | int) -> Template:
         """A message as a line to sign for each connection (encoded once for many)."""
         body = {"job": self.coord.job, "node": self.coord.leader, "slot": 0}
         body.update(message.to_wire(), **protocol, type=message.KIND)
@@ -283,6 +342,19 @@ class JobPort:
         conn.seq_out += 1
         now = time.monotonic()
         conn.last_out = now
+        if conn is self._corked:  # replies to what it sent, in one send once it is read
+            conn.corked += line
+        else:
+            self._send_bytes(conn, line, now)
+        if not conn.beating and conn.member is not None and conn in self.conns:
+            self._schedule_beat(conn, now + random.uniform(0.0, self.hb_every))
+
+    def _uncork(self, conn: Conn) -> None:
+        if conn.corked and conn in self.conns:
+            data, conn.corked = bytes(conn.corked), bytearray()
+            self._send_bytes(conn, data, time.monotonic())
+
+    def _send_bytes(self, conn: Conn, line: bytes, now: float) -> None:
         if conn.out:
             conn.out += line
             if len(conn.out) > OUTPUT_LIMIT:
@@ -301,8 +373,6 @@ class JobPort:
             conn.stuck_since = now
             self.stuck.add(conn)
             self._interest(conn, selectors.EVENT_READ | selectors.EVENT_WRITE)
-        if not conn.beating and conn.member is not None:
-            self._schedule_beat(conn, now + random.uniform(0.0, self.hb_every))
 
     def flush(self, conn: Conn) -> None:
         """The socket is writable: as much of the waiting output as it takes."""
@@ -344,6 +414,10 @@ class JobPort:
                 waiting.popleft()
             elif now - conn.opened > HELLO_WAIT:
                 waiting.popleft()
+                if has_bytes(conn.sock):  # its hello waits for node 0 (behind at arrival)
+                    conn.opened = now
+                    waiting.append(conn)
+                    continue
                 self.refuse(conn, f"no hello within {HELLO_WAIT:g}s")
                 self.drop(conn)
             else:
@@ -374,14 +448,3 @@ class JobPort:
                     continue
                 conn.last_out = max(conn.last_out, now)  # due again an interval after `now`
             self._schedule_beat(conn, conn.last_out + self.hb_every)
-
-
-def _resolve_all(hosts: tuple[str, ...]) -> set[str]:
-    found: set[str] = set()
-    for host in hosts:
-        try:
-            for info in socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM):
-                found.add(str(info[4][0]))
-        except OSError:
-            continue
-    return found

@@ -1,0 +1,93 @@
+"""Node 0's connections (marun.job.wire's `JobPort` keeps them): a `Conn` per socket, and on it
+a `Lane` per marun it carries: the handle the job machine knows a member by. A node's relay
+(marun.job.relay) brings its node's slots on one connection, a lane each."""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass, field
+
+from marun.job.protocol import MAX_HELLO_LINE, LineBuffer, new_nonce
+
+
+@dataclass(eq=False)
+class Conn:
+    sock: socket.socket
+    address: str
+    opened: float = field(default_factory=time.monotonic)
+    buf: LineBuffer = field(default_factory=lambda: LineBuffer(MAX_HELLO_LINE))
+    member: tuple[int, int] | None = None
+    nonce: str = field(default_factory=new_nonce)  # ours: every line in must name it
+    peer_nonce: str | None = None  # the member's, from its hello: every line out names it
+    seq_in: int = -1
+    seq_out: int = 0
+    # Lines not yet taken by the socket: sent by the selector when it is writable (node 0's
+    # one loop never waits on one member), bounded (limits.OUTPUT_LIMIT, SLOW_READER).
+    out: bytearray = field(default_factory=bytearray)
+    corked: bytearray = field(default_factory=bytearray)  # replies while its lines are read
+    stuck_since: float | None = None  # monotonic: output waiting, and no byte taken since
+    last_out: float = 0.0  # monotonic: the last line queued (node 0's heartbeat is due after)
+    beating: bool = False  # in the heartbeat schedule
+    closing: bool = False  # closed once its output is out (a refusal's reason)
+    # One connection per node (marun.job.relay): the node its first taken hello named, and its
+    # slots on it by slot (a direct member's connection has its one, slot 0 of a job of one slot)
+    node: int | None = None
+    lanes: dict[int, Lane] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class Lane:
+    """One marun (a node's slot) on a connection: the handle the job machine knows a member by.
+    Behind a relay a node's slots share their node's connection, each on its lane; a direct
+    member's connection carries its one lane."""
+
+    conn: Conn
+    slot: int
+    member: tuple[int, int] | None = None  # bound: its hello was taken
+
+    @property
+    def address(self) -> str:
+        return self.conn.address
+
+
+def resolve_all(hosts: tuple[str, ...]) -> set[str]:
+    """The addresses the job's hosts resolve to now (those that do)."""
+    found: set[str] = set()
+    for host in hosts:
+        try:
+            for info in socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM):
+                found.add(str(info[4][0]))
+        except OSError:
+            continue
+    return found
+
+
+class AllowedHosts:
+    """Whether a connection's source address is one of the job's hosts (resolved; loopback is
+    this node's own marun processes), asked of each connection as it opens."""
+
+    def __init__(self, hosts: tuple[str, ...]) -> None:
+        self._hosts = hosts
+        self._allowed: set[str] | None = None
+        self._allowed_at = 0.0
+
+    def __call__(self, address: str) -> bool:
+        if address.startswith("127.") or address == "::1":
+            return True  # this node's own marun processes (and nobody else's: a container)
+        if not self._hosts:
+            return True  # the job's hosts are unknown; the job id and the secret still hold
+        now = time.monotonic()
+        if self._allowed is None or (address not in self._allowed and now - self._allowed_at > 5):
+            # Names of pods may resolve only some time after they start: look again, not often.
+            self._allowed = resolve_all(self._hosts)
+            self._allowed_at = now
+        return address in self._allowed
+
+
+def has_bytes(sock: socket.socket) -> bool:
+    """Bytes wait in the socket (node 0 has not read them yet)."""
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except OSError:
+        return False

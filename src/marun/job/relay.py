@@ -1,0 +1,450 @@
+"""A node's relay: one connection per node to node 0 (docs/supervision.md, "One connection per
+node"). Where the platform starts marun once per device (Ascend, MindSpore: the node's `slots`),
+the node's slot 0 marun runs this thread; every marun of the node, slot 0's own included,
+connects to it on a local socket (`relay_address`), and it carries their lines to node 0 on one
+TCP connection and node 0's back: node 0 sees nodes, not processes.
+
+It ends each side's protocol (marun.job.protocol): a local connection opens with the relay's
+challenge, and each of its lines is checked (the job's secret and id, the connection's nonce and
+sequence) before it goes up, signed for the node's connection and naming its slot; each line of
+node 0's is checked likewise and signed for each local connection it goes to: the slot its `to`
+names, or (none: a broadcast, one line per node on the job port) every slot node 0 welcomed.
+The slots' heartbeats go up together, one `beats` line an interval. A slot that leaves is `gone`
+up; node 0's `drop` closes a slot's local connection. When the node's connection drops, every
+local one is closed (each marun says hello again, through the next); when slot 0's marun dies,
+node 0 finds the node lost and the other slots their relay gone (marun.job.member: they stop).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import random
+import selectors
+import socket
+import threading
+import time
+from typing import Any, Callable
+
+from marun.job.handshake import check_challenge
+from marun.job.heartbeat import Backoff, connect_wait, job_interval
+from marun.job.limits import HELLO_WAIT, RefusalLog
+from marun.job.protocol import (
+    MAX_LINE,
+    PROTOCOL,
+    TO,
+    ProtocolError,
+    decode,
+    encode,
+    fresh,
+    is_nonce,
+    new_nonce,
+)
+from marun.job.relay_side import BeatBook, Side, forget, log_bug, relay_address
+from marun.job.signing import Template
+from marun.plan.coordination import Coordination
+
+TICK = 0.2  # the relay's loop turns at least this often
+PENDING_LINES = 64  # a slot's lines held while the node has no connection to node 0
+# What a slot may say (its own messages); the relay's own (`beats`, `gone`) it may not.
+SLOT_SAYS = frozenset(
+    ("hello", "hb", "failure", "stopped", "running", "stacks", "end", "preflight", "link")
+)
+
+
+class Relay:
+    def __init__(
+        self,
+        coord: Coordination,
+        secret: bytes,
+        host: str,
+        *,
+        leader_local: bool = False,
+        log: Callable[..., None] | None = None,
+    ) -> None:
+        self.coord = coord
+        self._secret = secret
+        self._host = host
+        self._log = log or (lambda event, level="info", **kw: None)
+        # node 0's own node reaches its coordinator over loopback
+        self._target = ("127.0.0.1" if leader_local else coord.host, coord.port)
+        self.address = relay_address(coord)
+        self.instance = new_nonce()
+        self.refusals = RefusalLog(self._log)
+        self.sel = selectors.DefaultSelector()
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(self.address)  # OSError: another marun of this node has it
+        self._listener.listen(2 * coord.slots + 8)
+        self._listener.setblocking(False)
+        self.sel.register(self._listener, selectors.EVENT_READ, None)
+        self._locals: set[Side] = set()
+        self._by_slot: dict[int, Side] = {}
+        self._up: Side | None = None
+        self._up_ready = False  # node 0's challenge read: lines may go up
+        self._up_deadline = 0.0
+        self._welcomed = False  # node 0 welcomed a slot on this node's connection
+        self._backoff = Backoff(coord.nodes)
+        self._wait = connect_wait(coord.nodes)
+        self._every = job_interval(coord)
+        self._next_beats = time.monotonic() + random.uniform(0.0, self._every)
+        self._beats = BeatBook()
+        self.tries = 0
+        self.errors = 0
+        self._said: set[str] = set()
+        self._linger = 0.0
+        self._close_requested = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="marun-relay", daemon=True)
+
+    def start(self) -> Relay:
+        self._thread.start()
+        return self
+
+    def close(self, linger: float = 1.0) -> None:
+        """Once this node's marun is done: what is waiting goes out (up to `linger` s), then the
+        socket closes (the node's other slots, still there, find their relay gone)."""
+        self._linger = linger
+        self._close_requested.set()
+        self._thread.join(linger + 2.0)
+
+    # -- the thread -------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        try:
+            while not self._close_requested.is_set():
+                try:
+                    self._turn()
+                except Exception as exc:  # a bug: logged whole, and the relay goes on
+                    self.errors += 1
+                    log_bug(self._log, "job_relay_error", exc)
+                    time.sleep(TICK)
+        finally:
+            self._shutdown()
+
+    def _turn(self) -> None:
+        if self._up is None and time.monotonic() >= self._backoff.next_try:
+            self._connect()
+        for key, mask in self.sel.select(TICK):
+            side = key.data
+            if side is None:
+                self._accept()
+            elif side is self._up and side is not None:
+                self._up_event(side, mask)
+            elif side in self._locals:
+                self._local_event(side, mask)
+        self._tick(time.monotonic())
+
+    def _shutdown(self) -> None:
+        end = time.monotonic() + self._linger
+        for side in [self._up, *self._locals]:
+            if side is not None:
+                side.close_after(end)
+        self._locals.clear()
+        self._by_slot.clear()
+        self._up = None
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        self.sel.close()
+
+    # -- node 0's side ------------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        self.tries += 1
+        try:
+            info = socket.getaddrinfo(*self._target, socket.AF_INET, socket.SOCK_STREAM)
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        except OSError as exc:
+            self._up_failed(exc.strerror or str(exc))
+            return
+        sock.setblocking(False)
+        err = sock.connect_ex(info[0][4])
+        if err not in (0, errno.EINPROGRESS):
+            sock.close()
+            self._up_failed(errno.errorcode.get(err, str(err)))
+            return
+        self._up = Side(sock)
+        self._up_ready = False
+        self._up_deadline = time.monotonic() + self._wait
+        self.sel.register(sock, selectors.EVENT_WRITE, self._up)
+
+    def _up_failed(self, why: str, clash: bool = False) -> None:
+        """A try that did not connect (or had no challenge in time): again after the back-off."""
+        up, self._up = self._up, None
+        if up is not None:
+            forget(self.sel, up)
+        self._backoff.failed(turned_away=clash)
+        if clash and why not in self._said:
+            self._said.add(why)
+            self._log("job_refused", "error", reason=why)
+
+    def _up_lost(self) -> None:
+        """The node's connection to node 0 closed: every slot's marun connects again (and says
+        hello again, through the next connection); at once when node 0 had welcomed the node
+        (a blip), else after the back-off."""
+        up, self._up = self._up, None
+        if up is not None:
+            forget(self.sel, up)
+        for side in list(self._locals):
+            self._close_local(side, tell=False)
+        if self._welcomed:
+            self._backoff.reset()
+        else:
+            self._backoff.failed(turned_away=True)
+        self._welcomed = False
+
+    def _up_event(self, up: Side, mask: int) -> None:
+        if not self._up_ready and mask & selectors.EVENT_WRITE and up.peer_nonce is None:
+            err = up.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if err:
+                self._up_failed(errno.errorcode.get(err, str(err)))
+                return
+            up.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.sel.modify(up.sock, selectors.EVENT_READ, up)
+            up.peer_nonce = ""  # connected; its challenge next
+            return
+        if mask & selectors.EVENT_WRITE:
+            self._flush(up)
+        if mask & selectors.EVENT_READ and self._up is up:
+            data = up.recv()
+            if data is None:
+                return
+            try:
+                if not data:
+                    raise ProtocolError("connection closed")
+                lines = up.buf.feed(data)
+            except ProtocolError as exc:
+                if self._up_ready:
+                    self._up_lost()
+                else:
+                    self._up_failed(str(exc))
+                return
+            for line in lines:
+                if self._up is not up:
+                    return
+                self._from_leader(up, line)
+
+    def _challenge(self, up: Side, line: bytes) -> None:
+        try:
+            nonce, up.seq_in = check_challenge(line, up.sock, self._secret, self.coord, self._host)
+        except ProtocolError as exc:
+            clash = "another job" in str(exc) or "protocol" in str(exc)
+            self._up_failed(f"no challenge from node {self.coord.leader}'s marun: {exc}", clash)
+            return
+        up.peer_nonce = nonce
+        up.buf.limit = MAX_LINE
+        self._up_ready = True
+        for side in list(self._locals):
+            held, side.pending = side.pending, []
+            for body in held:
+                self._up_send(side, body)
+
+    def _from_leader(self, up: Side, line: bytes) -> None:
+        if not self._up_ready:
+            self._challenge(up, line)
+            return
+        try:
+            body = decode(self._secret, self.coord.job, line)
+            up.seq_in = fresh(body, up.nonce, up.seq_in)
+            to = body.pop(TO, None)
+            if to is not None and (not isinstance(to, int) or isinstance(to, bool)):
+                raise ProtocolError(f"{TO!r} is not a slot")
+        except ProtocolError as exc:
+            self._log("job_message_refused", "warning", source="leader", reason=str(exc))
+            return
+        kind = body["type"]
+        target = None if to is None else self._by_slot.get(to)
+        if kind == "drop":
+            if target is not None:
+                self._close_local(target, tell=False)  # node 0 has let go of it already
+            return
+        if to is not None:
+            targets = [] if target is None else [target]
+        else:
+            targets = [s for s in self._by_slot.values() if s.welcomed]
+        if kind == "welcome" and target is not None:
+            target.welcomed = self._welcomed = True
+        template = Template(self._secret, body)
+        for side in targets:
+            self._send(side, template.line(side.peer_nonce, side.seq_out))
+            side.seq_out += 1
+
+    def _up_send(self, side: Side, body: dict[str, Any]) -> None:
+        """A slot's line to node 0, signed for the node's connection (held while it has none)."""
+        if self._up is None or not self._up_ready:
+            if len(side.pending) >= PENDING_LINES:
+                self._refuse(side, "too many lines waiting for node 0")
+                self._close_local(side, tell=False)
+                return
+            side.pending.append(body)
+            return
+        self._up_write(body)
+
+    def _up_write(self, body: dict[str, Any]) -> None:
+        up = self._up
+        if up is None or not self._up_ready:
+            return
+        out = {k: v for k, v in body.items() if k not in ("peer", "seq")}
+        if out["type"] == "hello":
+            out["nonce"] = up.nonce
+        out.update(peer=up.peer_nonce, seq=up.seq_out)
+        up.seq_out += 1
+        self._send(up, encode(self._secret, out))
+
+    # -- the slots' side ------------------------------------------------------------------
+
+    def _accept(self) -> None:
+        for _ in range(2 * self.coord.slots + 8):
+            try:
+                sock, _ = self._listener.accept()
+            except OSError:  # (BlockingIOError: none waiting; EMFILE: the next turn)
+                return
+            if len(self._locals) >= 2 * self.coord.slots + 8:
+                self._refuse(None, f"too many local connections ({len(self._locals)} open)")
+                sock.close()
+                continue
+            sock.setblocking(False)
+            side = Side(sock)
+            self._locals.add(side)
+            self.sel.register(sock, selectors.EVENT_READ, side)
+            body = {"job": self.coord.job, "node": self.coord.leader, "slot": 0}
+            body.update(type="challenge", nonce=side.nonce, instance=self.instance)
+            body["version"] = PROTOCOL
+            self._send(side, Template(self._secret, body).line(None, 0))
+            side.seq_out = 1
+
+    def _local_event(self, side: Side, mask: int) -> None:
+        if mask & selectors.EVENT_WRITE:
+            self._flush(side)
+        if not mask & selectors.EVENT_READ or side not in self._locals or side.closing:
+            return
+        data = side.recv()
+        if data is None:
+            return
+        if not data:
+            self._close_local(side, tell=True)
+            return
+        try:
+            lines = side.buf.feed(data)
+        except ProtocolError as exc:
+            self._refuse(side, str(exc))
+            self._close_local(side, tell=True)
+            return
+        for line in lines:
+            if side not in self._locals or side.closing:
+                return
+            try:
+                body = decode(self._secret, self.coord.job, line)
+                side.seq_in = fresh(body, side.nonce, side.seq_in)
+            except ProtocolError as exc:
+                self._refuse(side, str(exc))
+                self._close_local(side, tell=True)
+                return
+            self._from_slot(side, body)
+
+    def _from_slot(self, side: Side, body: dict[str, Any]) -> None:
+        kind = body["type"]
+        if side.slot is None:
+            self._hello(side, body)
+            return
+        if kind not in SLOT_SAYS or kind == "hello":
+            why = "a second hello" if kind == "hello" else f"{kind!r} is not a slot's to say"
+            self._refuse(side, why)
+            self._close_local(side, tell=True)
+        elif body["node"] != self.coord.index or body["slot"] != side.slot:
+            self._refuse(side, f"a line of node {body['node']} slot {body['slot']}")
+            self._close_local(side, tell=True)
+        elif kind == "hb":
+            self._beats.add(side.slot, body, time.monotonic())
+        else:
+            self._up_send(side, body)
+
+    def _hello(self, side: Side, body: dict[str, Any]) -> None:
+        """A slot's first line: who it is. Not this node's, or a second marun for a slot whose
+        marun talks here: turned away with one line on each side."""
+        coord = self.coord
+        node, slot = body["node"], body["slot"]
+        if body["type"] != "hello" or not is_nonce(body.get("nonce")):
+            self._refuse(side, f"{body['type']} before hello")
+            self._close_local(side, tell=False)
+            return
+        side.peer_nonce = str(body["nonce"])
+        if node != coord.index or not 0 <= slot < coord.slots:
+            why = f"node {node} slot {slot} is not this node's (node {coord.index})"
+            self._turn_away(side, why)
+            return
+        other = self._by_slot.get(slot)
+        if other is not None:
+            if other.instance != body.get("instance"):
+                why = (
+                    f"node {node} slot {slot} is here already (its marun talks to this node's "
+                    "relay): this marun belongs to another job, or is one too many"
+                )
+                self._turn_away(side, why)
+                return
+            self._close_local(other, tell=True)  # the same marun again: its old connection
+        side.slot, side.instance = slot, str(body.get("instance", ""))
+        side.buf.limit = MAX_LINE
+        self._by_slot[slot] = side
+        self._up_send(side, body)
+
+    def _close_local(self, side: Side, *, tell: bool) -> None:
+        """A slot's connection closed; `tell`: node 0 hears that its slot left (`gone`)."""
+        if side not in self._locals:
+            return
+        self._locals.discard(side)
+        forget(self.sel, side)
+        slot = side.slot
+        if slot is None or self._by_slot.get(slot) is not side:
+            return
+        del self._by_slot[slot]
+        self._beats.drop(slot)
+        if tell and self._up_ready and not side.pending:
+            self._up_write(
+                {"job": self.coord.job, "node": self.coord.index, "slot": slot, "type": "gone"}
+            )
+
+    def _turn_away(self, side: Side, why: str) -> None:
+        self._refuse(side, why)
+        body = {"job": self.coord.job, "node": self.coord.leader, "slot": 0}
+        body.update(type="refused", why=why)
+        with contextlib.suppress(OSError):
+            side.sock.send(Template(self._secret, body).line(side.peer_nonce, side.seq_out))
+        self._close_local(side, tell=False)
+
+    def _refuse(self, side: Side | None, why: str) -> None:
+        slot = "?" if side is None or side.slot is None else side.slot
+        self.refusals.refuse(f"local (slot {slot})", why)
+
+    # -- bytes and time -------------------------------------------------------------------
+
+    def _send(self, side: Side, line: bytes) -> None:
+        if not side.send(line, self.sel):
+            self._lost(side)
+
+    def _flush(self, side: Side) -> None:
+        if not side.flush(self.sel):
+            self._lost(side)
+
+    def _lost(self, side: Side) -> None:
+        if side is self._up:
+            self._up_lost()
+        else:
+            self._close_local(side, tell=True)
+
+    def _tick(self, now: float) -> None:
+        self.refusals.flush(now)
+        for side in list(self._locals):
+            if side.slot is None and now - side.opened > HELLO_WAIT:
+                self._refuse(side, f"no hello within {HELLO_WAIT:g}s")
+                self._close_local(side, tell=False)
+        if self._up is not None and not self._up_ready and now > self._up_deadline:
+            self._up_failed(f"no challenge within {self._wait:g}s")
+        if now >= self._next_beats:
+            self._next_beats = max(self._next_beats + self._every, now)
+            self._send_beats(now)
+
+    def _send_beats(self, now: float) -> None:
+        """The slots' heartbeats since the last such line, in one line up."""
+        if self._up is None or not self._up_ready or not self._beats:
+            return
+        body = {"job": self.coord.job, "node": self.coord.index, "slot": 0}
+        self._up_write({**body, "type": "beats", "beats": self._beats.take(now)})

@@ -1,0 +1,210 @@
+"""One connection per node (marun.job.relay, docs/supervision.md "One connection per node"): a
+real coordinator, two nodes of three slots, each node's relay and its three real members, all in
+this process (threads and sockets, no process). Node 0 sees two connections, not six; a start, a
+stop and a restart reach every slot through the relays; a stranger's line on a relay's local
+socket is refused with one line and changes nothing; a relay that is gone stops its node's
+other slots at once (exit 1) and node 0 finds the node lost. The waits are hang guards only."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+
+import pytest
+
+from marun.exit_codes import LOST_EXIT
+from marun.job.coordinator import Coordinator
+from marun.job.member import Member
+from marun.job.member_machine import MemberMachine, Push
+from marun.job.phases import MemberPhase
+from marun.job.protocol import PROTOCOL, LineBuffer, decode, encode, new_nonce
+from marun.job.relay import Relay
+from marun.job.relay_side import BeatBook, beats_of, relay_address
+from marun.plan.coordination import Coordination
+from marun.runtime.failure import Failure
+from marun.runtime.joblink import JobEvent
+
+SECRET = b"relay-secret"
+JOB = "job-relay"
+SLOTS = 3
+GUARD = 30.0  # seconds: a hang guard, never a measure
+
+
+@dataclass
+class Job:
+    coordinator: Coordinator
+    relays: dict[int, Relay]
+    members: dict[tuple[int, int], Member]
+    events: dict[tuple[int, int], list[JobEvent]]
+
+    def node(self, index: int) -> Coordination:
+        port = self.coordinator.port.server.getsockname()[1]
+        return replace(self.coordinator.coord, port=port, index=index)
+
+    def wait(self, what: Callable[[], bool], why: str) -> None:
+        end = time.monotonic() + GUARD
+        while not what():
+            for key, member in self.members.items():
+                self.events[key] += member.poll()
+            assert time.monotonic() < end, why
+            time.sleep(0.02)
+
+    def heard(self, key: tuple[int, int], kind: str) -> list[JobEvent]:
+        return [e for e in self.events[key] if e.kind == kind]
+
+
+@pytest.fixture
+def job() -> Iterator[Job]:
+    coord = Coordination(host="127.0.0.1", port=0, nodes=2, index=0, job=JOB, slots=SLOTS)
+    made = Job(Coordinator(coord, SECRET).start(), {}, {}, {})
+    try:
+        for index in (0, 1):
+            node = made.node(index)
+            made.relays[index] = Relay(node, SECRET, "127.0.0.1", leader_local=True).start()
+            for slot in range(SLOTS):
+                member = Member(replace(node, slot=slot), SECRET, "127.0.0.1")
+                made.members[(index, slot)] = member
+                made.events[(index, slot)] = []
+        yield made
+    finally:
+        for member in made.members.values():
+            member.close()
+        for relay in made.relays.values():
+            relay.close(linger=0.0)
+        made.coordinator.close(linger=0.0)
+
+
+def started(job: Job) -> bool:
+    return all(job.heard(key, "start") for key in job.members)
+
+
+def test_every_slot_starts_and_stops_through_one_connection_per_node(job: Job) -> None:
+    job.wait(lambda: started(job), "every slot hears the start")
+    assert len(job.coordinator.port.conns) == 2  # nodes, not processes
+    assert len(job.coordinator.members) == 2 * SLOTS
+    failure = Failure(name="rank5", rank=5, exit_code=3)
+    job.members[(1, 2)].report_failure(failure)
+    job.wait(lambda: all(job.heard(k, "stop") for k in job.members), "every slot hears the stop")
+    for key in job.members:
+        stop = job.heard(key, "stop")[0]
+        assert stop.code == 3 and stop.failure is not None and stop.failure.node == 1, key
+    assert job.coordinator.refused == 0 and all(r.errors == 0 for r in job.relays.values())
+
+
+def _local(job: Job, index: int) -> tuple[socket.socket, dict[str, object]]:
+    """A stranger on node `index`'s relay's local socket, past the relay's challenge."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(GUARD)
+    sock.connect(relay_address(job.node(index)))
+    line = sock.makefile("rb").readline()
+    return sock, decode(SECRET, JOB, line)
+
+
+def _lines(sock: socket.socket) -> list[bytes]:
+    """Every line until the relay closes the connection."""
+    buf, out = LineBuffer(), []
+    while True:
+        data = sock.recv(1 << 16)
+        if not data:
+            return out
+        out += buf.feed(data)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [b"garbage\n", b'{"body": "{}", "mac": "00"}\n', b"x" * 20000],
+    ids=["not json", "unsigned", "too long"],
+)
+def test_a_strangers_line_on_the_relays_socket_is_refused_and_changes_nothing(
+    job: Job, line: bytes
+) -> None:
+    job.wait(lambda: started(job), "every slot hears the start")
+    relay = job.relays[1]
+    sock, challenge = _local(job, 1)
+    assert challenge["type"] == "challenge" and challenge["version"] == PROTOCOL
+    with sock:
+        sock.sendall(line)
+        assert _lines(sock) == []  # closed, nothing said to it
+    job.wait(lambda: relay.refusals.total == 1, "the relay counts one refusal")
+    hello = {"job": JOB, "node": 1, "slot": 0, "type": "hello", "nonce": new_nonce()}
+    hello.update(instance=new_nonce(), host="h", leader="", started=False, version=PROTOCOL)
+    replayed = encode(SECRET, {**hello, "peer": "0" * 32, "seq": 0})  # another connection's
+    sock, _ = _local(job, 1)
+    with sock:
+        sock.sendall(replayed)
+        assert _lines(sock) == []
+    job.members[(0, 0)].report_failure(Failure(name="rank0", rank=0, exit_code=4))
+    job.wait(lambda: all(job.heard(k, "stop") for k in job.members), "the job goes on")
+    assert all(job.heard(k, "stop")[0].code == 4 for k in job.members)
+    assert job.coordinator.refused == 0  # node 0 never saw the strangers
+
+
+def test_a_hello_for_a_slot_that_talks_or_another_node_is_turned_away_with_one_line(
+    job: Job,
+) -> None:
+    job.wait(lambda: started(job), "every slot hears the start")
+    for node, slot, said in [(1, 1, "is here already"), (0, 1, "is not this node's")]:
+        sock, challenge = _local(job, 1)
+        hello = {"job": JOB, "node": node, "slot": slot, "type": "hello", "nonce": new_nonce()}
+        hello.update(instance=new_nonce(), host="h", leader="", started=False, version=PROTOCOL)
+        with sock:
+            sock.sendall(encode(SECRET, {**hello, "peer": challenge["nonce"], "seq": 0}))
+            lines = [decode(SECRET, JOB, line) for line in _lines(sock)]
+        assert [b["type"] for b in lines] == ["refused"] and said in str(lines[0]["why"])
+    assert all(not job.heard(k, "stop") for k in job.members)  # the job goes on
+
+
+def test_a_relay_that_is_gone_stops_its_nodes_slots_at_once_and_node_0_finds_it_lost(
+    job: Job,
+) -> None:
+    job.wait(lambda: started(job), "every slot hears the start")
+    job.relays[1].close(linger=0.0)  # as slot 0's marun's death closes its sockets
+    for slot in (1, 2):
+        job.wait(lambda s=slot: bool(job.heard((1, s), "stop")), "the slot stops")  # type: ignore[misc]
+        stop = job.heard((1, slot), "stop")[0]
+        assert stop.code == LOST_EXIT and stop.failure is not None
+        assert "slot 0's marun" in (stop.failure.why or "")
+        assert job.members[(1, slot)].phase is MemberPhase.DONE
+    job.wait(lambda: bool(job.heard((0, 1), "stop")), "node 0 finds node 1 lost")
+    stop = job.heard((0, 1), "stop")[0]
+    assert stop.code == LOST_EXIT and "node 1" in (stop.failure.why or "")  # type: ignore[union-attr]
+
+
+def test_the_member_machine_stops_once_when_its_relay_is_gone() -> None:
+    coord = Coordination(host="h", port=1, nodes=2, index=1, job=JOB, slots=SLOTS, slot=2)
+    machine = MemberMachine(coord, 0.0)
+    out = machine.relay_gone()
+    stops = [a.event for a in out if isinstance(a, Push)]
+    assert len(stops) == 1 and stops[0].code == LOST_EXIT and machine.done and machine.gave_up
+    assert machine.relay_gone() == []  # once
+
+
+def test_node_0_reads_a_beats_line_only_when_it_is_one() -> None:
+    assert beats_of([[0, 1.5, None, None], [2, 0, 3.25, {"ranks": []}]], 3) == [
+        (0, {"idle": 1.5}),
+        (2, {"idle": 0, "cpu": 3.25, "progress": {"ranks": []}}),
+    ]
+    for bad in (
+        {"x": 1},
+        [[0, 1.0, None, None]] * 4,  # more entries than slots
+        [[3, 1.0, None, None]],  # a slot out of range
+        [[True, 1.0, None, None]],
+        [[0, float("nan"), None, None]],
+        [[0, 1.0, "1", None]],
+        [[0, 1.0, None, [1]]],
+        [[0, 1.0, None]],
+    ):
+        with pytest.raises(ValueError):
+            beats_of(bad, 3)
+
+
+def test_the_beats_line_ages_each_slots_idle_time_by_its_wait() -> None:
+    book = BeatBook()
+    book.add(2, {"idle": 1.0, "cpu": 7.0}, now=10.0)
+    book.add(0, {"idle": 0.0}, now=12.0)
+    book.add(1, {"idle": 0.0}, now=12.0)
+    book.drop(1)
+    assert book.take(now=13.0) == [[0, 1.0, None, None], [2, 4.0, 7.0, None]]
+    assert not book
