@@ -1,6 +1,7 @@
-"""The supervisor's view of the job beyond this node: a small hook object, so that the runtime
-never imports the coordination code (marun.job builds the real one, only for multi-node plans
-with a coordination section; single-node jobs and the exec path load none of it)."""
+"""The supervisor's view of its job: a small hook object, so that the runtime never imports the
+coordination code (marun.launch hands one in: marun.job's link to node 0 for a plan with a
+coordination section, else marun.job.local_job, the job of this node alone; the exec path loads
+none of it)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ from marun.runtime.failure import Failure
 
 @dataclass(frozen=True)
 class JobEvent:
-    """What the leader says: `start` (every node has arrived; `code` the restart round, 0 the
-    first, with the round's `ports`), `restart` (round `code` begins, for the cause in
-    `failure`: every node stops its ranks), `stop` (with the job's exit code and its first
-    failure: node, host, rank, exit code or signal, the last lines of its log, or `why` for a
-    node lost or a hang) or `dump` (the hang watchdog wants every rank's stacks; `code` 1: a
-    sample to compare, not the dump of a hang)."""
+    """What the leader says: `place` (hot spares: the place, `code`, this node's processes are
+    planned for; marun.launch reads it before the supervisor starts), `start` (every node has
+    arrived; `code` the restart round, 0 the first, with the round's `ports`), `restart` (round
+    `code` begins, for the cause in `failure`: every node stops its ranks), `stop` (with the
+    job's exit code and its first failure: node, host, rank, exit code or signal, the last lines
+    of its log, or `why` for a node lost or a hang) or `dump` (the hang watchdog wants every
+    rank's stacks; `code` 1: a sample to compare, not the dump of a hang)."""
 
     kind: str
     code: int

@@ -1,7 +1,7 @@
 """Restart rounds (docs/supervision.md, "Restart rounds"): the rule that says whether a failure
 starts a new round or ends the job, the port each round moves a framework's rendezvous to, and
-the words a round is announced with. One rule for the whole job: node 0's coordinator applies it
-on a job of several nodes, the supervisor on a job of one.
+the words a round is announced with. One rule for the whole job, applied by its job machine
+(marun.job.machine: node 0's, or a job of one node's own, marun.job.local_job).
 """
 
 from __future__ import annotations
