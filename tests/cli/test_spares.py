@@ -64,17 +64,37 @@ def test_a_spare_stopped_while_it_waits_leaves_and_the_job_goes_on(tmp_path: Pat
         job.kill_all()
 
 
-def test_a_stop_signal_as_a_node_is_lost_ends_the_job_and_the_spare_with_128_plus_n(
+def test_a_stop_signal_to_node_0_as_a_node_is_lost_ends_the_job_and_the_spare_with_128_plus_n(
     tmp_path: Path,
 ) -> None:
     job = _job(tmp_path)
     try:
         _delete_pod(job, 1)
-        job.signal(2, signal.SIGTERM)  # (within the 2 s in which node 1 is found lost)
+        job.signal(0, signal.SIGTERM)  # (within the 1.5 s in which node 1 is found lost)
         codes = job.finish()
         assert (codes[0], codes[2], codes[3]) == (143, 143, 143), job.report()
         assert "up in round 1" not in job.nodes[3].output  # the spare ran nothing
         assert "marun: node 3 ran nothing (no place); it ends with 143" in job.nodes[3].output
+    finally:
+        job.kill_all()
+
+
+def test_a_node_told_to_stop_leaves_its_place_to_the_spare_and_the_job_goes_on(
+    tmp_path: Path,
+) -> None:
+    """The platform deletes node 2's pod (SIGTERM to its marun, the container's first process):
+    node 2 stops its ranks and ends with 143; the spare takes place 2 in round 1."""
+    job = _job(tmp_path)
+    try:
+        job.signal(2, signal.SIGTERM)
+        assert job.nodes[2].proc.wait(30) == 143, job.report()
+        job.wait_for(0, r"spare node 3 \(\S+\) takes its place in round 1")
+        codes = job.finish()
+        assert (codes[0], codes[1], codes[3]) == (0, 0, 0), job.report()
+        assert "node 2 (" in job.nodes[0].output and "stopped by SIGTERM (its pod deleted)" in (
+            job.nodes[0].output
+        )
+        assert "rank 4 up in round 1" in job.nodes[3].output  # place 2's ranks (4, 5)
     finally:
         job.kill_all()
 

@@ -1,13 +1,14 @@
-"""Hot spares with real PyTorch (issue: part 23): the platform starts 3 + 1 nodes, `--spares 1`;
-the job trains on nodes 0-2 (2 ranks each, gloo on the CPU) and node 3 waits. At step 4 of
-round 0 every rank pauses; node 1's pod is deleted (its marun and ranks SIGKILLed: its
-connection closes without a goodbye). Node 0 finds it lost at once, round 1 begins, and node 3
-takes node 1's place: its ranks are RANK 2 and 3 (node 1's), every rank resumes from rank 0's
-checkpoint of step 3, and the job ends 0 with the losses of a run that never stopped.
+"""Hot spares with real PyTorch and MindSpore (issue: part 23). PyTorch: the platform starts
+3 + 1 nodes, `--spares 1`; the job trains on nodes 0-2 (2 ranks each, gloo on the CPU) and node 3
+waits. At step 4 of round 0 every rank pauses; node 1's pod is deleted (its marun and ranks
+SIGKILLed: its connection closes without a goodbye). Node 0 finds it lost at once, round 1
+begins, and node 3 takes node 1's place: its ranks are RANK 2 and 3 (node 1's), every rank
+resumes from rank 0's checkpoint of step 3, and the job ends 0 with the losses of a run that
+never stopped. MindSpore: the last test.
 
-Four `marun run` processes on 127.0.0.1 under the torch venv, with the platform's variables and
-appended arguments, a checkpoint directory they share. No GPU exists here: MA_NUM_GPUS=2 only
-sets the process count.
+Each node is a `marun run` process on 127.0.0.1 under the framework's venv, with the platform's
+variables and appended arguments, a checkpoint directory they share. No GPU exists here:
+MA_NUM_GPUS=2 only sets the process count.
 """
 
 from __future__ import annotations
@@ -139,3 +140,104 @@ def test_a_spare_takes_a_deleted_pod_s_place_and_the_job_resumes(tmp_path: Path)
         for step, seen in losses.items():
             assert len(seen) == 1, (rank, step, seen)
             assert seen[0] == pytest.approx(expected[step], rel=1e-9), (rank, step, seen)
+
+
+# -- MindSpore ------------------------------------------------------------------------------------
+
+MS_PLACES, MS_STEPS, MS_CRASH, MS_PAUSE = 2, 8, (3, 5), 6
+MS_WORLD = MS_PLACES * DEVICES
+
+
+def _wait_for_ms(node: Node, rank: int, pattern: str) -> None:
+    log = node.log_dir / f"worker_{rank}.log"  # msrun's log names, by global rank
+    deadline = time.monotonic() + DEADLINE
+    while not (log.is_file() and re.search(pattern, log.read_text(errors="replace"), re.M)):
+        assert time.monotonic() < deadline and node.proc.poll() is None, node.report()
+        time.sleep(0.1)
+
+
+def test_mindspore_a_crash_round_then_a_spare_takes_a_deleted_pod_s_place(tmp_path: Path) -> None:
+    """Real MindSpore on the CPU, a dynamic cluster of 2 places + 1 spare (node 0 runs the
+    scheduler too). Round 0: worker 3 exits 1 at step 5; round 1 starts the scheduler and every
+    worker again (MS_SCHED_PORT moved; the spare still waits) and each reloads worker 0's
+    checkpoint of step 4. At step 6 of round 1 node 1's pod is deleted: in round 2 node 2 takes
+    place 1 (its workers are MS_NODE_ID/RANK_ID 2 and 3, node 1's) and every worker resumes from
+    step 5. The job ends 0 with the losses of a run that never stopped."""
+    ckpt = tmp_path / "shared" / "ckpt"
+    sched_port, job_port = free_ports(2)
+    script = str(SCRIPTS / "ms_resume.py")
+    nodes_n = MS_PLACES + SPARES
+    with LocalCluster(tmp_path, "mindspore") as cluster:
+        nodes = [
+            cluster.start(
+                f"node{n}",
+                [
+                    *("run", "--mode", "mindspore", "--max-restarts", "2", "--spares", "1"),
+                    *("--", script, "--ckpt-dir", str(ckpt), "--steps", str(MS_STEPS)),
+                    *("--crash-rank", str(MS_CRASH[0]), "--crash-step", str(MS_CRASH[1])),
+                    *("--pause-round", "1", "--pause-step", str(MS_PAUSE)),
+                ],
+                {
+                    "MA_NUM_HOSTS": str(nodes_n),
+                    "MA_NUM_GPUS": str(DEVICES),
+                    "VC_TASK_INDEX": str(n),
+                    "VC_WORKER_HOSTS": ",".join(["127.0.0.1"] * nodes_n),
+                    "MA_VJ_NAME": "e2e-ms-spares",
+                    "MA_TASK_NAME": "worker",
+                    "MARUN_MS_SCHED_PORT": str(sched_port),
+                    "MARUN_MS_TOPO_TIMEOUT": "60",
+                    "MARUN_GRACE_PERIOD": "5",
+                    "MARUN_JOB_PORT": str(job_port),
+                    NODE_VAR: f"ms-node{n}",
+                },
+            )
+            for n in range(nodes_n)
+        ]
+        for rank in range(MS_WORLD):
+            _wait_for_ms(nodes[rank // DEVICES], rank, rf"^rank {rank} paused at step {MS_PAUSE}$")
+        assert not list(nodes[2].log_dir.glob("worker_*.log"))  # the spare ran nothing yet
+        _delete_pod("ms-node1")
+        codes = [node.wait(DEADLINE) for node in (nodes[0], nodes[2])]
+        assert codes == [0, 0], cluster.report()
+        assert nodes[1].proc.wait(5) == -signal.SIGKILL
+        cluster.assert_nothing_left()
+
+    console = nodes[0].stdout + nodes[0].stderr
+    assert re.search(r"marun: round 1/2 after .*rank 3", console), console
+    assert re.search(
+        r"marun: node 1 \(\S+\) lost \(its marun's connection closed.*\); spare node 2 "
+        r"\(\S+\) takes its place in round 2",
+        console,
+    ), console
+    report = json.loads((nodes[0].log_dir / "job.json").read_text())
+    assert report["exit_code"] == 0, report
+    first, second = report["rounds"]
+    assert not first.get("substitutions")  # the crash's round: nobody lost
+    assert [(s["place"], s["lost"], s["spare"]) for s in second["substitutions"]] == [(1, 1, 2)]
+    expected = resume_math().reference_losses(MS_WORLD, MS_STEPS)
+    sched_ports = set()
+    for rank in range(MS_WORLD):
+        mine = nodes[0] if rank < DEVICES else nodes[1]
+        text = (mine.log_dir / f"worker_{rank}.log").read_text(errors="replace")
+        if rank >= DEVICES:  # place 1: rounds 0 and 1 on node 1, round 2 on the spare
+            later = (nodes[2].log_dir / f"worker_{rank}.log").read_text(errors="replace")
+            assert f"rank {rank} round 2 " in later and f"rank {rank} round 1 " not in later
+            text += later
+        starts = re.findall(
+            rf"^rank {rank} round (\d+) MARUN_MAX_RESTARTS=\S+ MS_SCHED_PORT=(\d+)$", text, re.M
+        )
+        assert [s[0] for s in starts] == ["0", "1", "2"], starts
+        sched_ports.update(starts)
+        assert f"rank {rank} resumed from step {MS_CRASH[1] - 1} " in text, text[-2000:]
+        assert f"rank {rank} resumed from step {MS_PAUSE - 1} " in text, text[-2000:]
+        final = re.search(rf"^rank {rank} final loss (\S+)$", text, re.M)
+        assert final and float(final[1]) == pytest.approx(expected[-1], rel=1e-4), text[-2000:]
+        losses = step_losses(text, rank)
+        assert sorted(losses) == list(range(MS_STEPS)), (rank, losses)
+        for step, seen in losses.items():
+            assert len(seen) == 1, (rank, step, seen)
+            # float32 on MindSpore's side, doubles in the reference
+            assert seen[0] == pytest.approx(expected[step], rel=1e-4), (rank, step, seen)
+    by_round = {k: {p for r, p in sched_ports if r == k} for k in ("0", "1", "2")}
+    assert all(len(p) == 1 for p in by_round.values()), sched_ports
+    assert len(set().union(*by_round.values())) == 3, sched_ports  # the port moved each round

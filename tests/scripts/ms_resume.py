@@ -5,7 +5,9 @@ At start it reloads the newest checkpoint in --ckpt-dir with `load_checkpoint` (
 one with `save_checkpoint` after every step, atomically, then every worker passes an AllReduce
 used as a barrier, so none reaches step s+1 before the checkpoint of step s is on disk) and goes
 on from the step after it. `--crash-rank R --crash-step S` makes worker R exit 1 at the start of
-step S in round 0 only (MARUN_RESTART_COUNT is "0"). Gradients are averaged over the workers by
+step S in round 0 only (MARUN_RESTART_COUNT is "0"); `--pause-round R --pause-step S` makes every
+worker print `rank N paused at step S` at the start of step S in round R and wait to be stopped
+(a test deletes a node's pod there). Gradients are averaged over the workers by
 an AllReduce; each step prints the mean loss over the workers. The model, data and initial
 weights are tests/scripts/resume_math.py's (float32 here). The scheduler process (MS_ROLE
 MS_SCHED) runs the same file: `init()` serves the cluster and returns at its end.
@@ -37,6 +39,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--crash-rank", type=int, default=-1)
     parser.add_argument("--crash-step", type=int, default=-1)
+    parser.add_argument("--pause-round", default="")
+    parser.add_argument("--pause-step", type=int, default=-1)
     args, _ = parser.parse_known_args()
 
     round_ = os.environ.get("MARUN_RESTART_COUNT")
@@ -86,6 +90,9 @@ def main() -> None:
         if round_ == "0" and rank == args.crash_rank and step == args.crash_step:
             print(f"rank {rank} crashes at step {step}", flush=True)
             os._exit(1)
+        if round_ == args.pause_round and step == args.pause_step:
+            print(f"rank {rank} paused at step {step}", flush=True)
+            time.sleep(3600)  # until its round ends (its marun stops it)
         xs, ts = rm.batch(rank, step)
         x = Tensor(np.array(xs, dtype=np.float32))
         t = Tensor(np.array(ts, dtype=np.float32).reshape(-1, 1))

@@ -117,6 +117,54 @@ def test_a_lost_node_s_place_goes_to_the_spare_in_the_next_round() -> None:
     assert subs == [{"place": 1, "lost": 1, "lost_host": "h1", "spare": 3, "spare_host": "h3"}]
 
 
+def _signalled(job: Job, node: int, name: str = "SIGTERM") -> None:
+    """Its marun told to stop (its pod deleted): it says so, stops its ranks, says its end."""
+    code = 128 + {"SIGTERM": 15, "SIGINT": 2}[name]
+    failure = Failure(node=node, exit_code=code, signal=name, stop_signal=name)
+    job.say(node, FailureSaid(failure, 0, None))
+
+
+def test_a_node_told_to_stop_leaves_its_place_to_the_spare_and_the_job_goes_on() -> None:
+    job = _started()
+    _signalled(job, 1)
+    assert job.machine.job.stopped is None
+    assert [r.round for r in job.broadcast(Restart)] == [1]
+    job.say(1, End("stopped", 143))
+    assert job.sent(1, Done) == [Done(143)]  # its marun ends at once, with its own code
+    job.say(0, Stopped(1))
+    job.say(2, Stopped(1))
+    job.tick()
+    assert job.sent(3, Place) == [Place(1)] and job.sent(3, Start) == [Start(1, {})]
+    assert "node 1 (h1) lost (its marun was stopped by SIGTERM (its pod deleted))" in (
+        job.announced()
+    )
+    for node in (0, 2, 3):
+        job.say(node, End("succeeded", 0))
+    job.tick()
+    assert job.machine.job.phase.value == "done" and job.machine.job.exit_code == 0
+
+
+def test_node_0_told_to_stop_stops_the_job_with_spares_too() -> None:
+    job = _started()
+    _signalled(job, 0)
+    assert job.machine.job.stopped is not None and job.machine.job.stopped.code == 143
+    assert not job.broadcast(Restart)
+
+
+def test_a_node_told_to_stop_with_no_round_left_stops_the_job_with_128_plus_n() -> None:
+    job = Job(budget=1)
+    for node in range(4):
+        job.hello(node)
+    job.lose(1)  # round 1 (the budget's last): the spare takes place 1
+    for node in (0, 2):
+        job.say(node, Stopped(1))
+    job.tick()
+    assert job.sent(3, Start) == [Start(1, {})]
+    _signalled(job, 2, "SIGINT")
+    assert job.machine.job.stopped is not None and job.machine.job.stopped.code == 130
+    assert [r.round for r in job.broadcast(Restart)] == [1]
+
+
 def test_a_spare_lost_while_it_waits_starts_no_round_and_the_job_goes_on() -> None:
     job = _started()
     job.lose(3)

@@ -443,8 +443,25 @@ class WholeJob(RuleBasedStateMachine):
         live = job.stopped is None and job.phase is not JobPhase.DONE
         heard = marun.pipe is not None and marun.node.phase in LIVE and job.start_sent
         before = len(job.rounds)
+        member = job.members.get((marun.index, 0))
+        # With spares, a node that holds a place (not node 0) leaves it (its pod deleted): a
+        # round gives the place to a spare, or the job stops with 128+N where none can follow.
+        leaves = (
+            self.spares > 0
+            and live
+            and heard
+            and member is not None
+            and member.place is not None
+            and marun.index != 0
+        )
+        restarting = job.phase is JobPhase.RESTARTING
         self._node_does(marun, marun.node.signals([signum], self.now))
         self._settle()
+        if leaves:
+            marun.own = signal_exit(signum)
+            self.left.add(marun)  # (its own code, or the job's: checked at the end)
+            self._left_its_place(signum, before, restarting)
+            return
         if live and heard and self.signalled is None:
             self.signalled = (signal_exit(signum), before)
             assert job.stopped is not None and job.stopped.code == signal_exit(signum), (
@@ -494,18 +511,30 @@ class WholeJob(RuleBasedStateMachine):
         """A node other than node 0, from a draw of 1 to MAX_NODES - 1."""
         return 1 + (index - 1) % (len(self.maruns) - 1)
 
+    def _left_its_place(self, signum: int, before: int, restarting: bool) -> None:
+        """A node left its place on a stop signal: a round follows (or the one under way gives
+        the place away), or, where none can, the job stops with 128+N as without spares."""
+        job = self.job.job
+        rounds = len(job.rounds) - before
+        stopped = job.stopped is not None and job.stopped.code == signal_exit(signum)
+        assert stopped or rounds == 1 or (restarting and rounds == 0), (
+            "a node that left its place started no round and did not stop the job"
+        )
+        if stopped and rounds == 0 and self.signalled is None:
+            self.signalled = (signal_exit(signum), before)
+
     def _placeless_signal(self, marun: Marun, signum: int) -> None:
         """A stop signal to a marun that has no place yet: it says so to node 0, as marun.launch's
         `_run_placed` does, and leaves with 128+N. Before the start that is the job's failure
         (as without spares); after it, a spare leaves and the job goes on."""
         job = self.job.job
         member = job.members.get((marun.index, 0))
-        stops_the_job = (
-            job.stopped is None
-            and job.phase is not JobPhase.DONE
-            and marun.pipe is not None
-            and (not job.start_sent or (member is not None and member.place is not None))
-        )
+        live = job.stopped is None and job.phase is not JobPhase.DONE and marun.pipe is not None
+        holds = member is not None and member.place is not None
+        # After the start, a node given a place (not node 0) leaves it, as one that runs does.
+        leaves = live and job.start_sent and holds and marun.index != 0
+        stops_the_job = live and (not job.start_sent or holds) and not leaves
+        restarting = job.phase is JobPhase.RESTARTING
         before = len(job.rounds)
         name = signal.Signals(signum).name
         failure = Failure(
@@ -515,6 +544,8 @@ class WholeJob(RuleBasedStateMachine):
         self._say(marun, FailureSaid(failure, marun.member.round, None))
         self._say(marun, End("spare", signal_exit(signum)))
         self._settle()
+        if leaves:
+            self._left_its_place(signum, before, restarting)
         if stops_the_job and self.signalled is None:
             self.signalled = (signal_exit(signum), before)
             assert job.stopped is not None and job.stopped.code == signal_exit(signum)

@@ -93,19 +93,70 @@ def test_spares_that_cannot_work_are_one_line_of_bad_input(
     assert len(res.stderr.strip().splitlines()) == 1
 
 
-def test_spares_in_a_mode_whose_places_are_not_planned_yet_are_refused(tmp_path: Path) -> None:
+def test_a_mindspore_spare_given_place_1_plans_what_node_1_planned(tmp_path: Path) -> None:
+    """MindSpore's dynamic cluster: the spare's workers get node 1's MS_NODE_IDs and RANK_IDs,
+    the same MS_SCHED_HOST (node 0's) and MS_WORKER_NUM (the N places' workers)."""
+    cwd = str(tmp_path)
     (tmp_path / "train.py").write_text("")
-    env = {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "0", "MARUN_SPARES": "1",
-           "MARUN_MAX_RESTARTS": "1", "MA_NUM_GPUS": "1"}  # fmt: skip
-    res = run_marun(["run", "--mode", "mindspore", "--", "train.py"], env=env, cwd=tmp_path)
+    hosts = "127.0.0.1,127.0.0.2,127.0.0.3"
+
+    def platform(index: int):  # type: ignore[no-untyped-def]
+        settings = Settings(nic="lo", max_restarts=2)  # (spares 0: as marun.launch replans)
+        env = {**_env(index), "MA_NUM_HOSTS": "3", "VC_WORKER_HOSTS": hosts}
+        return read_platform(["train.py"], env, cwd, settings)
+
+    placed = build_plan("mindspore", as_place(platform(2), 1, 2))
+    own = build_plan("mindspore", as_place(platform(1), 1, 2))
+    envs = [p.env for p in placed.nodes[0].processes]
+    assert envs == [p.env for p in own.nodes[0].processes]
+    assert [(e["MS_NODE_ID"], e["RANK_ID"]) for e in envs] == [("2", "2"), ("3", "3")]
+    assert {(e["MS_SCHED_HOST"], e["MS_WORKER_NUM"]) for e in envs} == {("127.0.0.1", "4")}
+
+
+def test_a_mindspore_spare_plans_nothing_and_node_0_plans_the_scheduler(tmp_path: Path) -> None:
+    env = {"MA_NUM_HOSTS": "3", "VC_WORKER_HOSTS": "127.0.0.1,127.0.0.1,127.0.0.1"}
+    (tmp_path / "train.py").write_text("")
+    plans = []
+    for index in (0, 2):
+        argv = ["plan", "--mode", "mindspore", "--format", "json", "--", "train.py"]
+        res = run_marun(argv, env=_env(index, **env), cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+        plans.append(json.loads(res.stdout))
+    roles = [p["env"]["MS_ROLE"] for p in plans[0]["nodes"][0]["processes"]]
+    assert roles == ["MS_SCHED", "MS_WORKER", "MS_WORKER"]
+    assert plans[0]["nodes"][0]["processes"][1]["env"]["MS_WORKER_NUM"] == "4"
+    assert plans[1]["nodes"][0]["processes"] == [] and plans[1]["coordination"]["spares"] == 1
+
+
+@pytest.mark.parametrize(
+    ("mode", "env", "words"),
+    [
+        ("tensorflow", {}, "spares=1: expected 0 in tensorflow mode"),
+        ("mpi", {}, "spares=1: expected 0 in mpi mode"),
+        (
+            "mindspore",
+            {"RANK_TABLE_FILE": "rt.json", "RANK_ID": "0", "RANK_SIZE": "2"},
+            "spares=1: expected 0 with a rank table",
+        ),
+    ],
+)
+def test_spares_where_places_are_not_planned_are_refused(
+    tmp_path: Path, mode: str, env: dict[str, str], words: str
+) -> None:
+    (tmp_path / "train.py").write_text("")
+    base = {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "0", "MARUN_SPARES": "1",
+            "MARUN_MAX_RESTARTS": "1", "MA_NUM_GPUS": "1"}  # fmt: skip
+    argv = ["run", "--mode", mode, "--", "train.py"]
+    if mode == "tensorflow":
+        argv += ["--task_index", "0", "--worker_hosts", "127.0.0.1:2222", "--job_name", "worker"]
+    res = run_marun(argv, env={**base, **env}, cwd=tmp_path)
     assert res.returncode == 2, res.stderr
-    assert "spares=1: expected 0 in mindspore mode" in res.stderr
+    assert words in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
 
 
 def test_simulate_refuses_spares_once_where_every_node_would(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text("")
-    argv = ["simulate", "--mode", "mindspore", "--nodes", "2", "--devices", "1"]
+    argv = ["simulate", "--mode", "mpi", "--nodes", "2", "--devices", "1"]
     res = run_marun([*argv, "--max-restarts", "1", "--spares", "1", "--", "train.py"], cwd=tmp_path)
-    assert res.returncode == 2 and "spares=1: expected 0 in mindspore mode" in res.stderr
-    assert len(res.stderr.strip().splitlines()) == 1
+    assert res.returncode == 2 and "spares=1: expected 0 in mpi mode" in res.stderr

@@ -198,7 +198,8 @@ class JobMachine:
         job = self.job
         m = job.members[key]
         m.ended, m.outcome, m.exit_code = job.wall, msg.outcome, msg.exit_code
-        if m.place is None and spares.on(job) and job.phase is not JobPhase.GATHERING:
+        placeless = m.place is None or m.leaving  # (leaving: its place is being given away)
+        if placeless and spares.on(job) and job.phase is not JobPhase.GATHERING:
             spares.left(job, m)  # a spare, or a node whose place went to one: not waited for
             return
         if job.phase is JobPhase.GATHERING:
@@ -218,6 +219,9 @@ class JobMachine:
         if failure.stop_signal and member.place is None and job.start_sent and spares.on(job):
             # A spare (it holds no place) told to stop: it leaves; the job goes on.
             job.log("spare_stopped", "warning", node=member.node, signal=failure.stop_signal)
+            return
+        if failure.stop_signal and spares.leaving(job, member):
+            self._leaves(member, failure)
             return
         if failure.stop_signal:
             # A node's marun was told to stop (its pod deleted, a user's ^C): the job ends with
@@ -244,6 +248,27 @@ class JobMachine:
             job.stop(failure.code, unrestarted)
         elif job.first_failure is None:
             job.first_failure, job.exit_code = unrestarted, failure.code
+
+    def _leaves(self, member: MemberState, failure: Failure) -> None:
+        """With spares, a node other than node 0 told to stop after the start (its pod deleted,
+        as the platform does to replace a broken machine) leaves its place as a lost node does:
+        the next round gives it to a spare, or waits for the pod's replacement. Without a round
+        left, the signal stops the job as it would without spares."""
+        job = self.job
+        member.leaving = True
+        job.log("node_leaving", "warning", node=member.node, signal=failure.stop_signal)
+        if job.phase is JobPhase.RESTARTING:
+            return  # the round under way gives its place away (spares.substitute)
+        lost = Failure(
+            node=member.node,
+            host=member.host,
+            exit_code=LOST_EXIT,
+            why=f"node {member.node} ({member.host}) lost: its marun was stopped by "
+            f"{failure.stop_signal} (its pod deleted)",
+        )
+        unrestarted = round_barrier.restart(job, LOST_EXIT, lost, None)
+        if unrestarted is not None:
+            job.stop(failure.code, failure.but(no_restart=unrestarted.no_restart))
 
     def _find_lost(self) -> None:
         job = self.job

@@ -72,6 +72,7 @@ class MemberState:
     place: int | None = None
     released: bool = False  # a spare told the job's end (marun.job.spares.release)
     lost_place: int | None = None  # the place it held when a spare took it
+    leaving: bool = False  # told to stop (its pod deleted) while it held a place: it leaves it
 
 
 class Roster(MutableMapping[Key, MemberState]):

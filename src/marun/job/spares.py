@@ -58,6 +58,23 @@ def free(job: JobState) -> list[MemberState]:
     )
 
 
+def leaving(job: JobState, member: MemberState) -> bool:
+    """Whether a stop signal to `member`'s marun means its node leaves its place (True) rather
+    than the job's stop: with spares, after the start, a node that holds a place and is not node
+    0 (the platform deletes a pod to replace a broken machine; a job's deletion signals node 0
+    too, which stops the job)."""
+    from marun.job.phases import JobPhase
+
+    return (
+        on(job)
+        and job.start_sent
+        and job.stopped is None
+        and member.place is not None
+        and member.node != job.coord.leader
+        and job.phase in (JobPhase.RUNNING, JobPhase.DUMPING, JobPhase.RESTARTING)
+    )
+
+
 def send_start(job: JobState, start: Start) -> None:
     """The round's `start`: to every node without spares (one line, signed once); with them, to
     the holders only, each told its place first (a spare's marun plans itself from it)."""
@@ -83,7 +100,7 @@ def substitute(job: JobState) -> None:
             return
         node = job.places.get(place)
         holder = job.members.get((node, 0)) if node is not None else None
-        if holder is not None and holder.outcome != "lost":
+        if holder is not None and holder.outcome != "lost" and not holder.leaving:
             continue
         if place == job.coord.leader:
             continue  # node 0's marun is the coordinator: its loss is the job's end

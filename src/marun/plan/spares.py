@@ -18,9 +18,10 @@ from marun.errors import InputError, bad_value
 from marun.inputs.appended_args import AppendedArgs
 from marun.inputs.injected import TASK_INDEX_VARS, Platform
 
-# The modes whose places are planned from the node index alone (what a spare must rewrite). The
-# others are one line of bad input until they are (docs/supervision.md, "Hot spares").
-SPARE_MODES = ("pytorch",)
+# The modes whose places are planned from the node index, the node count and node 0's host
+# alone (what a spare rewrites; node 0 is never replaced). The others are one line of bad input
+# until they are (docs/supervision.md, "Hot spares").
+SPARE_MODES = ("pytorch", "mindspore")
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,13 @@ def layout(mode: str, platform: Platform) -> Layout | None:
             spares,
             f"0 in {mode} mode (hot spares are planned in {', '.join(SPARE_MODES)} mode only so "
             "far: its processes depend on the node's index alone)",
+        )
+    if platform.env.get("RANK_TABLE_FILE", "").strip():
+        raise bad_value(
+            "spares",
+            spares,
+            "0 with a rank table (RANK_TABLE_FILE: the platform's table pins the servers and "
+            "their devices' addresses; marun cannot rewrite it soundly for a spare)",
         )
     if not platform.settings.max_restarts:
         raise bad_value(
