@@ -35,6 +35,7 @@ class RoundRecord:
     ranks: int | None = None
     # hot spares (marun.job.spares): each place a spare took in this round
     substitutions: list[dict[str, Any]] = field(default_factory=list)
+    said: list[str] = field(default_factory=list)  # their lines, for every node's console
 
     def to_wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {"round": self.round, "cause": self.cause.to_wire()}

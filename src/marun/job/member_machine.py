@@ -243,8 +243,7 @@ class MemberMachine:
         self.round = round_
         self.started_at = self.started_at or now
         self._enter(MemberPhase.RUNNING)
-        if round_ == 0:
-            self._out += [Say(note) for note in msg.notes]
+        self._out += [Say(note) for note in msg.notes]  # (round 0: the preflight's warnings)
         self._push(JobEvent("start", round_, ports=dict(msg.ports) if round_ else {}))
 
     def _say_once(self, why: str) -> None:

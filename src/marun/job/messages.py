@@ -246,7 +246,8 @@ class Refused:
 class Start:
     round: int
     ports: dict[str, str]  # the round's ports that move (valid port numbers only)
-    notes: tuple[str, ...] = ()  # the preflight's warnings, one line each (round 0)
+    # lines for every console: the preflight's warnings (round 0), the spares that took a place
+    notes: tuple[str, ...] = ()
 
     KIND: ClassVar[str] = "start"
 

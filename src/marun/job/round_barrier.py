@@ -58,8 +58,10 @@ def round_cause(job: JobState) -> Failure | None:
 
 
 def start_of_round(job: JobState) -> Start:
-    """The `start` of the current round, with its ports."""
-    return Start(job.round, {k: str(v) for k, v in job.round_ports.items()})
+    """The `start` of the current round, with its ports, and the lines every node's console
+    shows with it (a spare that took a lost node's place)."""
+    said = tuple(job.rounds[-1].said) if job.round and job.rounds else ()
+    return Start(job.round, {k: str(v) for k, v in job.round_ports.items()}, said)
 
 
 def rejoin(job: JobState, key: Key, ran: bool = False) -> bool:

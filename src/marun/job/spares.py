@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from marun.exit_codes import LOST_EXIT
-from marun.job.actions import Announce
 from marun.job.messages import Done, LeaderMessage, Place, Start, StopJob
 from marun.runtime.failure import Failure
 
@@ -118,13 +117,14 @@ def substitute(job: JobState) -> None:
                 {"place": place, "lost": node, "lost_host": lost_host, "spare": spare.node,
                  "spare_host": spare.host}
             )  # fmt: skip
-        job.log("spare_placed", place=place, lost=node, spare=spare.node)  # (and the line below)
-        job.actions.append(
-            Announce(
+        job.log("spare_placed", place=place, lost=node, spare=spare.node)
+        if record is not None:
+            # On every node's console with the round's `start` (round_barrier.start_of_round),
+            # as its `place` goes to the spare with it (send_start).
+            record.said.append(
                 f"marun: node {node} ({lost_host}) lost{why}; spare node {spare.node} "
                 f"({spare.host}) takes its place in round {job.round}"
             )
-        )  # (its `place` goes with the round's `start`: send_start)
 
 
 def _why_lost(cause: Failure | None) -> str:
