@@ -2,7 +2,8 @@
 # The whole test suite, from a fresh machine, in two lanes:
 #   fast (under a minute once set up): ruff, mypy --strict, the Python 3.9 floor, tests/unit
 #   slow: the framework venvs, every benchmark at a small size (bench/run_all.py --small), then
-#         tests/cli and tests/e2e (real processes, frameworks, sshd, network namespaces)
+#         tests/cli and tests/e2e (real processes, frameworks, sshd, network namespaces); its
+#         setup and its CPU-only tests start in the background beside the fast lane (below)
 # `scripts/test.sh --fast` runs the fast lane alone; extra arguments go to the slow lane's pytest.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,6 +25,29 @@ if [ "$fast_only" = 0 ] && [ "$(id -u)" = 0 ] && [ "${MARUN_PREBUILD_IMAGES:-1}"
   trap 'if [ -n "$images_pid" ]; then kill "$images_pid" 2>/dev/null || true; fi' EXIT
 fi
 
+# The slow lane's setup and its CPU-only tests overlap the fast lane (a full run only): the
+# framework venvs install (mostly unpacking wheels: disk), and the two tests that only spend CPU
+# (no network namespace, no fixed port, no framework, nothing timed: the interleavings' thousands
+# and the bad-input corpus, one case at a time) run in one background pytest, one core's worth,
+# with its own temporary directory (its log: .cache/cpu-tests.log; joined at the end). The fast
+# lane's pytest is one process: the machine's second core is otherwise idle while it runs.
+frameworks_pid=""
+cpu_pid=""
+CPU_TESTS=(tests/cli/test_job_interleavings_many.py tests/cli/test_bad_input_corpus.py)
+if [ "$fast_only" = 0 ]; then
+  mkdir -p .cache
+  echo "[test] slow lane: the framework venvs, in the background (log: .cache/frameworks.log)"
+  bash scripts/frameworks.sh all > .cache/frameworks.log 2>&1 &
+  frameworks_pid=$!
+  if [ $# -eq 0 ]; then
+    echo "[test] slow lane: ${CPU_TESTS[*]}, in the background (log: .cache/cpu-tests.log)"
+    MARUN_CORPUS_SLOTS=1 .venv/bin/pytest -p no:cacheprovider --basetemp=/tmp/marun-cpu-tests \
+      --durations=5 "${CPU_TESTS[@]}" > .cache/cpu-tests.log 2>&1 &
+    cpu_pid=$!
+  fi
+  trap 'for p in $images_pid $frameworks_pid $cpu_pid; do kill "$p" 2>/dev/null || true; done' EXIT
+fi
+
 started=$SECONDS
 echo "[test] fast lane: ruff"
 .venv/bin/ruff check src tests bench
@@ -38,7 +62,16 @@ echo "[test] fast lane done in $((SECONDS - started)) s"
 if [ "$fast_only" = 1 ]; then exit 0; fi
 
 echo "[test] slow lane: framework venvs"
-bash scripts/frameworks.sh all
+frameworks_started=$SECONDS
+if ! wait "$frameworks_pid"; then
+  frameworks_pid=""
+  tail -n 40 .cache/frameworks.log
+  echo "[test] the framework venvs failed to install (.cache/frameworks.log)"
+  exit 1
+fi
+frameworks_pid=""
+cat .cache/frameworks.log
+echo "[test] waited $((SECONDS - frameworks_started)) s for the framework venvs"
 if [ -f bench/run_all.py ]; then
   echo "[test] slow lane: every benchmark at a small size (figures only; nothing asserted on time)"
   .venv/bin/python bench/run_all.py --small
@@ -53,4 +86,21 @@ if [ -n "$images_pid" ]; then
 fi
 echo "[test] slow lane: tests/cli tests/e2e"
 # The 15 slowest tests, so the next engineer sees where the time goes.
-exec .venv/bin/pytest --durations=15 tests/cli tests/e2e "$@"
+ignored=()
+if [ -n "$cpu_pid" ]; then
+  for t in "${CPU_TESTS[@]}"; do ignored+=(--ignore "$t"); done
+fi
+slow_rc=0
+.venv/bin/pytest --durations=15 tests/cli tests/e2e "${ignored[@]}" "$@" || slow_rc=$?
+cpu_rc=0
+if [ -n "$cpu_pid" ]; then
+  cpu_started=$SECONDS
+  wait "$cpu_pid" || cpu_rc=$?
+  cpu_pid=""
+  echo "[test] slow lane, in the background (waited $((SECONDS - cpu_started)) s more for it):"
+  cat .cache/cpu-tests.log
+fi
+if [ "$slow_rc" != 0 ] || [ "$cpu_rc" != 0 ]; then
+  echo "[test] FAILED: tests/cli tests/e2e exit $slow_rc; ${CPU_TESTS[*]} exit $cpu_rc"
+  exit 1
+fi
