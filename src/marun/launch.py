@@ -179,7 +179,9 @@ def _run_placed(platform: Platform, plan: LaunchPlan, mode: str, supervise: bool
     event = link.wait_for_place(early_signals.first)  # type: ignore[attr-defined]
     if event is None or event.kind != "place":
         signum = early_signals.first()
-        own = 0 if signum is None else signal_exit(signum)
+        # (node 0's stop before a place: its code is this node's, e.g. refused by the preflight)
+        stop = event.code if event is not None and event.kind == "stop" else 0
+        own = stop if signum is None else signal_exit(signum)
         if signum is not None:
             # Node 0 decides what it means: before the start, the job's failure (as without
             # spares); after it, a spare (no place) leaves and the job goes on.
@@ -193,6 +195,9 @@ def _run_placed(platform: Platform, plan: LaunchPlan, mode: str, supervise: bool
         link.close()
         if signum is not None:
             code = own  # (as any node stopped while it waits for the job's end)
+        failure = event.failure if event is not None else None
+        if failure is not None and failure.node == coord.index and failure.why:
+            sys.stderr.write(f"marun: {failure.why}\n")  # why node 0 stopped this node
         sys.stderr.write(f"marun: node {coord.index} ran nothing (no place); it ends with {code}\n")
         return code
     place = event.code

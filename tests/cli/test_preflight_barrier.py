@@ -102,3 +102,32 @@ def test_a_stop_signal_while_the_barrier_waits_ends_every_node_with_it(tmp_path:
         job.kill_all()
     assert codes == {0: 143, 1: 143, 2: 143}, job.report()
     assert not any(re.search(r"rank \d up", job.nodes[n].output) for n in range(3)), job.report()
+
+
+def test_with_a_spare_a_refused_node_s_place_goes_to_it_and_the_job_starts(
+    tmp_path: Path,
+) -> None:
+    """3 places + 1 spare (hot spares, part 23): node 2 shows one GPU of two; the spare (node 3)
+    passed, so it takes place 2 before round 0; node 2 ends with the preflight's line."""
+    job = LoopbackJob(
+        tmp_path, nodes=4,
+        env={"MARUN_PREFLIGHT": "on", "MARUN_SPARES": "1", "MARUN_MAX_RESTARTS": "1"},
+    )  # fmt: skip
+    try:
+        for node in range(4):
+            job.start([node], RANKS, _gpus(tmp_path, node, 1 if node == 2 else 2))
+        codes = job.finish()
+    finally:
+        job.kill_all()
+    assert (codes[0], codes[1], codes[3]) == (0, 0, 0) and codes[2] != 0, job.report()
+    refused = job.nodes[2].output
+    assert "node 2 (" in refused and "refused by the preflight (node 2 (" in refused, refused
+    assert not re.search(r"rank \d up", refused)
+    assert "rank 4 up" in job.nodes[3].output and "rank 5 up" in job.nodes[3].output
+    for node in (0, 1, 3):
+        assert re.search(
+            r"node 2 \(\S+\) refused by the preflight; spare node 3 \(\S+\) takes its place",
+            job.nodes[node].output,
+        ), job.report()
+    replaced = json.loads(job.job_json())["preflight"]["replaced"]
+    assert [(r["place"], r["refused"], r["spare"]) for r in replaced] == [(2, 2, 3)]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from marun.job.actions import Action, Announce, Broadcast, Send
 from marun.job.machine import CLOSED_LOST, JobMachine
 from marun.job.messages import (
@@ -14,6 +16,7 @@ from marun.job.messages import (
     FailureSaid,
     Hello,
     Place,
+    PreflightSaid,
     Restart,
     Running,
     Start,
@@ -23,6 +26,7 @@ from marun.job.messages import (
 from marun.job.protocol import PROTOCOL
 from marun.job.report import state_report
 from marun.plan.coordination import Coordination
+from marun.preflight.result import CheckResult, NodeReport
 from marun.runtime.failure import Failure
 from marun.runtime.round_rule import RoundRule
 
@@ -30,15 +34,18 @@ WALL = 1.7e9
 
 
 class Job:
-    def __init__(self, nodes: int = 4, spares: int = 1, budget: int = 2) -> None:
+    def __init__(
+        self, nodes: int = 4, spares: int = 1, budget: int = 2, preflight: str = "off"
+    ) -> None:
         coord = Coordination(
             host="h0", port=0, nodes=nodes, index=0, job="j", spares=spares,
             arrival_timeout=30.0, peer_timeout=10.0,
         )  # fmt: skip
         self.now = 100.0
         self.machine = JobMachine(
-            coord, "leader", rule=RoundRule(budget, quick=0.0), ports={}, now=self.now, wall=WALL
-        )
+            coord, "leader", rule=RoundRule(budget, quick=0.0), ports={}, now=self.now,
+            wall=WALL, preflight=preflight,
+        )  # fmt: skip
         self.out: list[Action] = []
         self.instances = {i: f"m{i}" for i in range(nodes)}
 
@@ -250,3 +257,60 @@ def test_node_0_is_never_replaced() -> None:
     job.say(1, Stopped(1))
     job.say(2, Stopped(1))
     assert job.sent(3, Place) == []
+
+
+# -- a node the preflight refuses --------------------------------------------------------------
+
+
+def _preflight(job: Job, failing: set[int]) -> None:
+    """Every node arrives and reports its checks (no probe listener: no ring); `failing`'s device
+    check fails (the default policy refuses on it)."""
+    for node in range(4):
+        job.hello(node)
+    for node in range(4):
+        status = "fail" if node in failing else "ok"
+        check = CheckResult("devices", status, "1 of 2 GPUs" if node in failing else "2 GPUs")
+        job.say(node, PreflightSaid(NodeReport(node, f"h{node}", "127.0.0.1", 0, (check,))))
+
+
+def test_a_node_the_preflight_refuses_gives_its_place_to_a_spare_before_the_start() -> None:
+    job = Job(preflight="on")
+    _preflight(job, {2})
+    state = job.machine.job
+    assert state.stopped is None and state.start_sent
+    assert job.sent(3, Place) == [Place(2)] and [s.round for s in job.sent(3, Start)] == [0]
+    assert job.sent(2, Place) == [] and job.sent(2, Start) == []
+    (stop,) = job.sent(2, StopJob)
+    assert stop.failure is not None and "node 2 (h2) refused by the preflight (node 2 (h2): " in (
+        stop.failure.why or ""
+    )
+    for node in (0, 1, 3):
+        assert "node 2 (h2) refused by the preflight; spare node 3 (h3) takes its place" in (
+            job.said(node)
+        )
+    job.say(2, End("stopped", 1))
+    assert job.sent(2, Done) == [Done(1)]  # not waited for: it ends at once
+    for node in (0, 1, 3):
+        job.say(node, End("succeeded", 0))
+    job.tick()
+    assert state.phase.value == "done" and state.exit_code == 0
+    section = state_report(state, 0)["preflight"]
+    assert section["decision"] == "start with warnings"
+    assert [(r["place"], r["refused"], r["spare"]) for r in section["replaced"]] == [(2, 2, 3)]
+
+
+def test_a_spare_the_preflight_refuses_is_told_to_stop_and_the_job_starts() -> None:
+    job = Job(preflight="on")
+    _preflight(job, {3})
+    assert job.machine.job.stopped is None and job.sent(3, StopJob)
+    assert [job.sent(n, Place) for n in range(3)] == [[Place(0)], [Place(1)], [Place(2)]]
+
+
+@pytest.mark.parametrize("failing", [{0}, {1, 2}])
+def test_the_refusal_stands_for_node_0_or_too_few_spares(failing: set[int]) -> None:
+    job = Job(preflight="on")
+    _preflight(job, failing)
+    state = job.machine.job
+    assert state.stopped is not None and not state.start_sent
+    assert "preflight refused the start" in (state.stopped.failure.why or "")
+    assert not any(job.sent(n, Place) for n in range(4))

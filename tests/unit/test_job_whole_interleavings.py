@@ -286,9 +286,9 @@ class WholeJob(RuleBasedStateMachine):
             return
         if kind == "place":
             marun.make_node(code, self.now)
-        elif kind == "stop":
-            marun.ending, marun.own = True, 0
-            self._say(marun, End("spare", 0))
+        elif kind == "stop":  # (its code: the stop's, as a node that ran nothing)
+            marun.ending, marun.own = True, code
+            self._say(marun, End("spare", code))
 
     def _node_does(self, marun: Marun, actions: list[NodeAction]) -> None:
         todo = list(actions)
@@ -576,6 +576,9 @@ class WholeJob(RuleBasedStateMachine):
             marun.stubborn = False
         holders = set()
         waited = 0.0
+        # At least one tick: the job's end is found on node 0's next tick, also when every
+        # marun has already exited (the last `end` came in between ticks).
+        self._advance(1.0)
         while any(m.code is None for m in self.maruns) and waited < SETTLE:
             self._advance(1.0)
             waited += 1.0

@@ -100,6 +100,8 @@ class JobState:
         self.pf_probed: set[int] = set()  # nodes told their target
         self.pf_decision: Any = None  # marun.preflight.decide.Decision, once decided
         self.pf_seconds: float | None = None  # last arrival -> the decision
+        # hot spares: the places that went to a spare because the preflight refused their node
+        self.pf_replaced: list[dict[str, Any]] = []
         # the job's progress from the nodes' heartbeats (marun.progress.aggregate.Aggregator,
         # made on the first report: a job whose ranks print no steps imports none of it)
         self.progress: Any = None

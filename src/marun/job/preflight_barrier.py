@@ -67,6 +67,8 @@ def decide(job: JobState) -> bool:
     job.log("preflight", decision=decision.action, findings=len(decision.findings))
     if not decision.refused:
         return True
+    if _replaced(job, decision):
+        return True
     first = decision.findings[0] if decision.findings else None
     why = lines[0] if lines else "the preflight refused the start"
     failure = Failure(
@@ -79,9 +81,39 @@ def decide(job: JobState) -> bool:
     return False
 
 
+def _replaced(job: JobState, decision: Any) -> bool:
+    """Hot spares: a refusal that names nodes only (no link, not node 0) is healed before the
+    start where spares that passed can take the refused nodes' places (marun.job.spares); the
+    decision is then the start with its findings as warnings."""
+    from marun.job import spares
+    from marun.preflight.decide import FAIL, START_WARNED, Decision
+
+    if not spares.on(job):
+        return False
+    refused: dict[int, str] = {}
+    for finding in decision.findings:
+        if finding.level != FAIL:
+            continue
+        if finding.node is None:
+            return False  # a link between two nodes: which one is broken is not known
+        refused.setdefault(finding.node, finding.line())
+    done = spares.replace_refused(job, refused)
+    if done is None:
+        return False
+    job.pf_replaced = done
+    job.pf_decision = Decision(START_WARNED, decision.policy, decision.findings)
+    job.log("preflight_replaced", places=[d["place"] for d in done], refused=sorted(refused))
+    return True
+
+
 def notes(job: JobState) -> list[str]:
     decision = job.pf_decision
-    return [] if decision is None else list(decision.lines())
+    said = [
+        f"node {d['refused']} ({d['refused_host']}) refused by the preflight; spare node "
+        f"{d['spare']} ({d['spare_host']}) takes its place"
+        for d in job.pf_replaced
+    ]
+    return said + ([] if decision is None else list(decision.lines()))
 
 
 def section(job: JobState) -> dict[str, Any] | None:
@@ -91,4 +123,7 @@ def section(job: JobState) -> dict[str, Any] | None:
     from marun.preflight.decide import preflight_section
 
     links = list(job.pf_links.values())
-    return preflight_section(job.pf_decision, job.pf_reports, links, job.pf_seconds)
+    out = preflight_section(job.pf_decision, job.pf_reports, links, job.pf_seconds)
+    if job.pf_replaced:
+        out["replaced"] = list(job.pf_replaced)  # the places spares took before the start
+    return out

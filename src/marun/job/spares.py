@@ -13,7 +13,7 @@ then on; the same marun, which may still run place j's ranks, is told to stop. N
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from marun.exit_codes import LOST_EXIT
 from marun.job.messages import Done, LeaderMessage, Place, Start, StopJob
@@ -122,9 +122,45 @@ def substitute(job: JobState) -> None:
             # On every node's console with the round's `start` (round_barrier.start_of_round),
             # as its `place` goes to the spare with it (send_start).
             record.said.append(
-                f"marun: node {node} ({lost_host}) lost{why}; spare node {spare.node} "
+                f"node {node} ({lost_host}) lost{why}; spare node {spare.node} "
                 f"({spare.host}) takes its place in round {job.round}"
             )
+
+
+def replace_refused(job: JobState, refused: dict[int, str]) -> list[dict[str, Any]] | None:
+    """The preflight refused the start for `refused` nodes (node -> its first finding's line):
+    with a spare it passed for each refused node that holds a place, each such place goes to one
+    before round 0 (lowest place, lowest spare first), every refused node (a spare too) is told to
+    stop, and the job starts (the substitutions returned). None: it cannot (node 0 refused, or
+    too few spares passed), and the refusal stands."""
+    if not on(job) or job.coord.leader in refused:
+        return None
+    healthy = [m for m in free(job) if m.node not in refused]
+    losing = sorted((m for m in holders(job) if m.node in refused), key=lambda m: m.place or 0)
+    if len(healthy) < len(losing):
+        return None
+    done: list[dict[str, Any]] = []
+    for holder, spare in zip(losing, healthy):
+        place = holder.place
+        assert place is not None
+        spare.place, job.places[place] = place, spare.node
+        holder.place, holder.lost_place = None, place
+        done.append(
+            {"place": place, "refused": holder.node, "refused_host": holder.host,
+             "spare": spare.node, "spare_host": spare.host}
+        )  # fmt: skip
+        job.log("spare_placed", place=place, refused=holder.node, spare=spare.node)
+    for member in job.members.values():
+        if member.node in refused and member.ended is None:
+            why = (
+                f"node {member.node} ({member.host}) refused by the preflight "
+                f"({refused[member.node][:300]}): "
+                + ("its place went to a spare; " if member.lost_place is not None else "")
+                + "this marun ends"
+            )
+            failure = Failure(node=member.node, host=member.host, exit_code=LOST_EXIT, why=why)
+            job.send(member, StopJob(LOST_EXIT, failure))
+    return done
 
 
 def _why_lost(cause: Failure | None) -> str:
