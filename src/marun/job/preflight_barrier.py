@@ -86,7 +86,8 @@ def _replaced(job: JobState, decision: Any) -> bool:
     start where spares that passed can take the refused nodes' places (marun.job.spares); the
     decision is then the start with its findings as warnings."""
     from marun.job import spares
-    from marun.preflight.decide import FAIL, START_WARNED, Decision
+    from marun.preflight.decide import START_WARNED, Decision
+    from marun.preflight.result import FAIL
 
     if not spares.on(job):
         return False
