@@ -251,6 +251,33 @@ def test_a_replacement_pod_becomes_a_spare() -> None:
     assert job.machine.job.phase.value == "done" and job.machine.job.exit_code == 0
 
 
+def test_a_node_that_left_with_no_spare_free_takes_its_place_back_in_its_new_pod() -> None:
+    job = _started()
+    _signalled(job, 3)  # the spare leaves first: none is free
+    job.say(3, End("spare", 143))
+    _signalled(job, 1)  # node 1's pod deleted: round 1 waits for its replacement
+    job.say(1, End("stopped", 143))
+    assert job.sent(1, Done) == [Done(143)]
+    job.machine.closed("c1", job.now)
+    job.say(0, Stopped(1))
+    job.say(2, Stopped(1))
+    job.tick()
+    assert [s.round for s in job.sent(0, Start)] == [0]  # still waiting for place 1's node
+    job.instances[1] = "m1-new"
+    job.hello(1)  # the recreated pod: place 1 is still its own
+    job.tick()
+    member = job.machine.job.members[(1, 0)]
+    assert member.place == 1 and not member.leaving
+    assert job.sent(1, Place)[-1] == Place(1) and job.sent(1, Start)[-1].round == 1
+    job.say(1, Running(1, 2))
+    job.say(1, End("succeeded", 0))  # its end is waited for, as any node's that holds a place
+    assert job.sent(1, Done) == [Done(143)]
+    for node in (0, 2):
+        job.say(node, End("succeeded", 0))
+    job.tick()
+    assert job.machine.job.phase.value == "done" and job.machine.job.exit_code == 0
+
+
 def test_node_0_is_never_replaced() -> None:
     job = _started()
     job.lose(0)

@@ -590,6 +590,8 @@ class WholeJob(RuleBasedStateMachine):
             member = job.members.get((m.index, 0))
             if member is not None and member.lost_place is not None and member.place is None:
                 holders.add(m)  # its place went to a spare: told to stop, its own code
+            elif member is not None and member.leaving:
+                holders.add(m)  # it left its place on a stop signal node 0 heard late: its own
         own = self.interrupted | self.left | holders
         codes = {m.index: m.code for m in self.maruns if m not in own}
         for m in self.left & set(self.maruns):  # left a live job: its own code; else the job's

@@ -171,6 +171,8 @@ def _came_back(job: JobState, key: Key, msg: Hello, old: MemberState | None) -> 
     leader = old is None
     node = job.coord.leader if leader else key[0]
     host = job.coord.host if leader else msg.host
+    if old is not None:
+        old.leaving = False  # (the earlier marun's: a new one leaves nothing)
     if old is not None and job.phase is JobPhase.GATHERING:
         job.log("node_replaced", "warning", node=key[0], slot=key[1], host=host)
         old.ended = old.outcome = old.exit_code = None
