@@ -137,3 +137,13 @@ def standard_args(doc: str | None, default_runs: int) -> argparse.ArgumentParser
     parser.add_argument("--small", action="store_true", help="CI size: seconds, not minutes")
     parser.add_argument("--runs", type=int, default=default_runs, help="runs per figure (median)")
     return parser
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (1-99) of `values`, inclusive; the value itself when there is one."""
+    import statistics
+
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    return statistics.quantiles(ordered, n=100, method="inclusive")[int(q) - 1]

@@ -24,14 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import Row, bench_env, load_note, print_rows
+from _common import Row, bench_env, load_note, pct, print_rows
 
 from marun.sim.simulate import free_port
 
@@ -137,13 +136,6 @@ def one_job(root: Path, variant: str, crashes: int, uptime: float) -> list[dict[
         out.append({"start": after["start"] - crash, "import": after["imported"] - after["start"],
                     "reduce": after["reduced"] - crash})  # fmt: skip
     return out
-
-
-def pct(values: list[float], q: int) -> float:
-    ordered = sorted(values)
-    if len(ordered) == 1:
-        return ordered[0]
-    return statistics.quantiles(ordered, n=100, method="inclusive")[q - 1]
 
 
 def main() -> None:

@@ -49,7 +49,6 @@ import json
 import os
 import random
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -60,7 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, Row, bench_env, load_note, print_rows
+from _common import REPO, Row, bench_env, load_note, pct, print_rows
 
 from marun.sim.simulate import free_port
 
@@ -386,13 +385,6 @@ class Run:
             crash.running = max(e.t for e in starts) - crash.t
             crash.first = max(e.t for e in firsts.values()) - crash.t
         return outcome
-
-
-def pct(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    if len(ordered) == 1:
-        return ordered[0]
-    return statistics.quantiles(ordered, n=100, method="inclusive")[int(q) - 1]
 
 
 def seconds(value: float | None) -> str:

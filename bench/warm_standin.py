@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import Row, bench_env, load_note, print_rows
+from _common import Row, bench_env, load_note, pct, print_rows
 
 from marun.sim.simulate import free_port
 
@@ -70,13 +69,6 @@ def one_job(root: Path, warm: bool, crashes: int, uptime: float, seconds: float)
         recs = [json.loads((root / f"rec.{k + 1}.{r}").read_text()) for r in (0, 1)]
         out.append(max(r["imported"] for r in recs) - crash)
     return out
-
-
-def pct(values: list[float], q: int) -> float:
-    ordered = sorted(values)
-    if len(ordered) == 1:
-        return ordered[0]
-    return statistics.quantiles(ordered, n=100, method="inclusive")[q - 1]
 
 
 def main() -> None:
