@@ -33,7 +33,11 @@ fi
 # lane's pytest is one process: the machine's second core is otherwise idle while it runs.
 frameworks_pid=""
 cpu_pid=""
+docs_pid=""
 CPU_TESTS=(tests/cli/test_job_interleavings_many.py tests/cli/test_bad_input_corpus.py)
+# Once the framework venvs are there: the commands of the docs and of `--help`, run as written
+# (simulated jobs of every engine; nothing timed), in a second background pytest.
+DOCS_TESTS=(tests/cli/test_docs_commands.py tests/cli/test_help_examples.py)
 if [ "$fast_only" = 0 ]; then
   mkdir -p .cache
   echo "[test] slow lane: the framework venvs, in the background (log: .cache/frameworks.log)"
@@ -45,7 +49,7 @@ if [ "$fast_only" = 0 ]; then
       --durations=5 "${CPU_TESTS[@]}" > .cache/cpu-tests.log 2>&1 &
     cpu_pid=$!
   fi
-  trap 'for p in $images_pid $frameworks_pid $cpu_pid; do kill "$p" 2>/dev/null || true; done' EXIT
+  trap 'for p in $images_pid $frameworks_pid $cpu_pid $docs_pid; do kill "$p" 2>/dev/null || true; done' EXIT
 fi
 
 started=$SECONDS
@@ -72,6 +76,12 @@ fi
 frameworks_pid=""
 cat .cache/frameworks.log
 echo "[test] waited $((SECONDS - frameworks_started)) s for the framework venvs"
+if [ -n "$cpu_pid" ]; then
+  echo "[test] slow lane: ${DOCS_TESTS[*]}, in the background (log: .cache/docs-tests.log)"
+  .venv/bin/pytest -p no:cacheprovider --basetemp=/tmp/marun-docs-tests --durations=5 \
+    "${DOCS_TESTS[@]}" > .cache/docs-tests.log 2>&1 &
+  docs_pid=$!
+fi
 if [ -f bench/run_all.py ]; then
   echo "[test] slow lane: every benchmark at a small size (figures only; nothing asserted on time)"
   .venv/bin/python bench/run_all.py --small
@@ -88,7 +98,7 @@ echo "[test] slow lane: tests/cli tests/e2e"
 # The 15 slowest tests, so the next engineer sees where the time goes.
 ignored=()
 if [ -n "$cpu_pid" ]; then
-  for t in "${CPU_TESTS[@]}"; do ignored+=(--ignore "$t"); done
+  for t in "${CPU_TESTS[@]}" "${DOCS_TESTS[@]}"; do ignored+=(--ignore "$t"); done
 fi
 slow_rc=0
 .venv/bin/pytest --durations=15 tests/cli tests/e2e "${ignored[@]}" "$@" || slow_rc=$?
@@ -100,7 +110,16 @@ if [ -n "$cpu_pid" ]; then
   echo "[test] slow lane, in the background (waited $((SECONDS - cpu_started)) s more for it):"
   cat .cache/cpu-tests.log
 fi
-if [ "$slow_rc" != 0 ] || [ "$cpu_rc" != 0 ]; then
-  echo "[test] FAILED: tests/cli tests/e2e exit $slow_rc; ${CPU_TESTS[*]} exit $cpu_rc"
+docs_rc=0
+if [ -n "$docs_pid" ]; then
+  docs_started=$SECONDS
+  wait "$docs_pid" || docs_rc=$?
+  docs_pid=""
+  echo "[test] slow lane, the docs' commands (waited $((SECONDS - docs_started)) s more for it):"
+  cat .cache/docs-tests.log
+fi
+if [ "$slow_rc" != 0 ] || [ "$cpu_rc" != 0 ] || [ "$docs_rc" != 0 ]; then
+  echo "[test] FAILED: tests/cli tests/e2e exit $slow_rc; ${CPU_TESTS[*]} exit $cpu_rc;" \
+    "${DOCS_TESTS[*]} exit $docs_rc"
   exit 1
 fi
