@@ -107,3 +107,25 @@ def test_busy_without_py_spy_is_left_alone() -> None:
     assert judge.tick(nodes, idle=11, now=13) is None
     assert "py-spy missing" in str(asked.logged[0][1]["judged"])
     assert judge.tick(nodes, idle=30, now=30) is None  # resting: judged again a limit later
+
+
+def test_cpu_spent_before_the_silence_does_not_count() -> None:
+    """The ranks spun in a barrier (MPI busy-polls) until their last line, then slept: the
+    silence is idle, whatever came before it (an MPI job under load flaked on this)."""
+    judge = HangJudge(6, Asked().ask, Asked().log)
+    nodes = [FakeNode(0)]
+    busy_until = 11  # the last line: t=11; 0.9 s of CPU a second up to it, none after
+    for t in range(0, 18):
+        nodes[0].cpu_history.append((float(t), 0.9 * min(t, busy_until)))
+    why = judge.tick(nodes, idle=6, now=17)
+    assert why is not None and "used 0.0s of CPU in that time: nothing runs" in why
+
+
+def test_a_verdict_waits_for_two_figures_inside_the_silence() -> None:
+    judge = HangJudge(6, Asked().ask, Asked().log)
+    nodes = [FakeNode(0)]
+    nodes[0].cpu_history.extend([(0.0, 0.0), (5.0, 4.0), (11.5, 4.0)])  # one inside [6, 12]
+    assert judge.tick(nodes, idle=6, now=12) is None
+    nodes[0].cpu_history.append((12.5, 4.0))
+    why = judge.tick(nodes, idle=7, now=13)
+    assert why is not None and "nothing runs" in why

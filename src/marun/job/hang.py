@@ -3,7 +3,8 @@ ranks have been silent for hang_timeout hung, or quietly working?
 
 Silence is where it starts, never the whole case:
 1. The ranks' CPU time (each node's heartbeat carries its ranks' total, marun.job.cputime):
-   if it did not advance over the silent time, nothing runs: hung.
+   if it did not advance over the silent time (from the first heartbeat inside it: what the
+   ranks did before their last line is not counted), nothing runs: hung.
 2. If it did (a CPU loop that prints nothing, or a native thread that spins while the Python
    thread waits): two samples of every rank's stacks (py-spy), SAMPLE_GAP apart. The same on
    every rank and no Python thread on CPU in either (py-spy marks each thread active or idle):
@@ -45,17 +46,24 @@ class Node(Protocol):
     def cpu_history(self) -> History: ...
 
 
+NOT_YET = -1.0  # cpu_used: fewer than two figures since the silence began (judged later)
+
+
 def cpu_used(nodes: Sequence[Node], now: float, window: float) -> float | None:
-    """CPU seconds the nodes' ranks used over the last `window` seconds (from the earliest
-    heartbeat within it); None when a node gives no figures."""
+    """CPU seconds the nodes' ranks used in the silence, the last `window` seconds: from each
+    node's first heartbeat figure inside it to its last. None when a node gives no figures at all
+    (no /proc); NOT_YET when a node has fewer than two inside it yet. A figure from before the
+    silence never counts: what the ranks did up to their last line (an MPI barrier that
+    busy-polls while its slowest peer arrives, imports under load) is not the silence's."""
     total = 0.0
     for node in nodes:
         history = node.cpu_history
         if len(history) < 2:
             return None
-        inside = [(t, c) for t, c in history if t >= now - window - 1.0]
-        first = inside[0] if len(inside) >= 2 else history[0]
-        total += max(0.0, history[-1][1] - first[1])
+        inside = [(t, c) for t, c in history if t >= now - window]
+        if len(inside) < 2:
+            return NOT_YET
+        total += max(0.0, inside[-1][1] - inside[0][1])
     return total
 
 
@@ -80,11 +88,13 @@ class HangJudge:
             self._state, self._said_busy = "watch", False
             return None
         if self._state == "watch":
-            used = cpu_used(nodes, now, self.limit)
+            used = cpu_used(nodes, now, idle)
             head = f"hang: no rank of the job wrote a line for {self.limit:g}s"
             if used is None:
                 return f"{head} (no CPU figures from every node: judged on silence alone)"
-            if used < IDLE_CPU * self.limit * len(nodes):
+            if used == NOT_YET:
+                return None  # two heartbeats into the silence first
+            if used < IDLE_CPU * idle * len(nodes):
                 return f"{head}, and its ranks used {used:.1f}s of CPU in that time: nothing runs"
             self._busy = used
             self._sample(nodes, now, "first")
