@@ -39,7 +39,10 @@ pip_install() {
     printf '+ %s -m pip install %s\n' "$python" "$*" >&2
     # This machine's pip config names local wheel directories that may not exist; pip warns
     # about each on every package. Those lines are dropped, everything else pip says is kept.
-    { "$python" -m pip install --quiet --disable-pip-version-check --no-input "$@" 2>&1 1>&3 3>&- |
+    # --no-compile: no .pyc for every file of torch, TensorFlow and MindSpore at install (minutes
+    # of CPU); Python writes one for each module the first time it is imported, which is far fewer.
+    { "$python" -m pip install --quiet --disable-pip-version-check --no-input --no-compile "$@" \
+        2>&1 1>&3 3>&- |
         { grep -v "^WARNING: Location '.*' is ignored" || true; } >&2; } 3>&1 || status=$?
     return "$status"
 }
@@ -86,13 +89,24 @@ main() {
         specs "$name" >/dev/null || die "unknown framework '$name': expected torch, mindspore, tensorflow, mpi or all"
     done
     mkdir -p "$venvs"
+    # The venvs are independent: each installs at once beside the others (mostly unpacking wheels
+    # from disk), its output kept apart and printed in order when all are done.
+    local -A pids=()
     for name in "${names[@]}"; do
-        # One install of a venv at a time: a test run and a developer may call this together.
-        exec {lock}>"$venvs/.$name.lock"
-        flock "$lock"
-        install_one "$name"
-        exec {lock}>&-
+        (
+            # One install of a venv at a time: a test run and a developer may call this together.
+            exec {lock}>"$venvs/.$name.lock"
+            flock "$lock"
+            install_one "$name"
+        ) >"$venvs/.$name.log" 2>&1 &
+        pids[$name]=$!
     done
+    local failed=0
+    for name in "${names[@]}"; do
+        wait "${pids[$name]}" || failed=1
+        cat "$venvs/.$name.log" >&2
+    done
+    [[ $failed == 0 ]] || die "a framework's install failed (above)"
 }
 
 main "$@"

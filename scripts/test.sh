@@ -65,6 +65,11 @@ echo "[test] fast lane: unit tests"
 echo "[test] fast lane done in $((SECONDS - started)) s"
 if [ "$fast_only" = 1 ]; then exit 0; fi
 
+# (the benches need no framework venv: they run while the venvs install)
+if [ -f bench/run_all.py ]; then
+  echo "[test] slow lane: every benchmark at a small size (figures only; nothing asserted on time)"
+  .venv/bin/python bench/run_all.py --small
+fi
 echo "[test] slow lane: framework venvs"
 frameworks_started=$SECONDS
 if ! wait "$frameworks_pid"; then
@@ -81,10 +86,6 @@ if [ -n "$cpu_pid" ]; then
   .venv/bin/pytest -p no:cacheprovider --basetemp=/tmp/marun-docs-tests --durations=5 \
     "${DOCS_TESTS[@]}" > .cache/docs-tests.log 2>&1 &
   docs_pid=$!
-fi
-if [ -f bench/run_all.py ]; then
-  echo "[test] slow lane: every benchmark at a small size (figures only; nothing asserted on time)"
-  .venv/bin/python bench/run_all.py --small
 fi
 if [ -n "$images_pid" ]; then
   images_started=$SECONDS
