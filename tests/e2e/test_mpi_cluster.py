@@ -466,6 +466,8 @@ def test_the_hang_watchdog_stops_a_silent_idle_mpi_job(
 
 
 # Every rank works on the CPU, silent, for three hang time-outs, then says it is done.
+# Rank 0 computes silently; the others sleep until then and meet it at the barrier (one busy
+# rank makes the quiet job a working one: one core of CPU, not four).
 BUSY_QUIET = """\
 import time
 from mpi4py import MPI
@@ -473,8 +475,9 @@ comm = MPI.COMM_WORLD
 comm.Barrier()
 end = time.monotonic() + 20
 n = 0
-while time.monotonic() < end:
+while comm.Get_rank() == 0 and time.monotonic() < end:
     n += 1
+time.sleep(max(0.0, end - time.monotonic()))
 comm.Barrier()
 print(f"rank {comm.Get_rank()} done", flush=True)
 """
