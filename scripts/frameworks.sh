@@ -39,10 +39,7 @@ pip_install() {
     printf '+ %s -m pip install %s\n' "$python" "$*" >&2
     # This machine's pip config names local wheel directories that may not exist; pip warns
     # about each on every package. Those lines are dropped, everything else pip says is kept.
-    # --no-compile: no .pyc for every file of torch, TensorFlow and MindSpore at install (minutes
-    # of CPU); Python writes one for each module the first time it is imported, which is far fewer.
-    { "$python" -m pip install --quiet --disable-pip-version-check --no-input --no-compile "$@" \
-        2>&1 1>&3 3>&- |
+    { "$python" -m pip install --quiet --disable-pip-version-check --no-input "$@" 2>&1 1>&3 3>&- |
         { grep -v "^WARNING: Location '.*' is ignored" || true; } >&2; } 3>&1 || status=$?
     return "$status"
 }

@@ -11,6 +11,10 @@ cd "$REPO"
 fast_only=0
 if [ "${1:-}" = "--fast" ]; then fast_only=1; shift; fi
 bash scripts/bootstrap.sh
+# Every process the tests start caches its bytecode (a dev shell's PYTHONDONTWRITEBYTECODE=1
+# made each of the thousands of marun and framework processes compile its modules again: minutes
+# of CPU in a full run). The caches are __pycache__ directories, ignored by git and the wheel.
+unset PYTHONDONTWRITEBYTECODE
 
 # The slow lane's cluster-image tests need scripts/images.sh's images: a cold build takes minutes
 # of mostly waiting (debootstrap, pip, podman). As root (CI) it runs in the background from here,
