@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 
 def main() -> None:
@@ -58,10 +59,12 @@ def main() -> None:
         flush=True,
     )
     # Rank 0 hosts the rendezvous store: without this barrier it can tear the store down while a
-    # slower rank still talks to it, and that rank dies in C++ ("terminate called without an
-    # active exception"), seen here under load.
+    # slower rank still talks to it. The ranks then leave without destroy_process_group: under
+    # heavy load torch's gloo teardown was seen to abort a rank whose work was done ("terminate
+    # called without an active exception"), which the launcher rightly reports as a failure.
     dist.barrier()
-    dist.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

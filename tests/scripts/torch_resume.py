@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -113,10 +114,11 @@ def main() -> None:
     checksum = sum(p.detach().sum().item() for p in layer.parameters())
     print(f"rank {rank} final loss {loss_value!r} checksum {checksum!r}", flush=True)
     dist.barrier()
-    dist.destroy_process_group()
-    # Rank 0 hosts the round's store: it leaves last, once every rank has torn its group down
-    # (a store gone under a rank still in destroy_process_group aborts it: "terminate called
-    # without an active exception", seen once under load). Bounded: 60 s.
+    # No destroy_process_group: under heavy load torch's gloo teardown aborted a rank after its
+    # work was done ("terminate called without an active exception", in a rank other than the
+    # store's host, twice in full runs). Every rank's work is on disk and printed; rank 0 hosts
+    # the round's store and leaves last, once every rank has said it is leaving (bounded: 60 s).
+    sys.stdout.flush()
     (args.ckpt_dir / f".left.{round_}.{rank}").touch()
     if rank == 0:
         deadline = time.monotonic() + 60
@@ -124,6 +126,7 @@ def main() -> None:
             (args.ckpt_dir / f".left.{round_}.{r}").exists() for r in range(world)
         ):
             time.sleep(0.05)
+    os._exit(0)
 
 
 if __name__ == "__main__":
