@@ -104,12 +104,9 @@ def substitute(job: JobState) -> None:
         if place == job.coord.leader:
             continue  # node 0's marun is the coordinator: its loss is the job's end
         spare = spare_pool.pop(0)
-        spare.place = place
         spare.stopped_round = job.round  # it runs nothing: counted in the barrier at once
-        job.places[place] = spare.node
+        _hand_over(job, place, holder, spare)
         lost_host = holder.host if holder is not None else "?"
-        if holder is not None:
-            holder.place, holder.lost_place = None, place
         record = job.rounds[-1] if job.rounds else None
         why = _why_lost(record.cause if record is not None else None)
         if record is not None:
@@ -143,8 +140,7 @@ def replace_refused(job: JobState, refused: dict[int, str]) -> list[dict[str, An
     for holder, spare in zip(losing, healthy):
         place = holder.place
         assert place is not None
-        spare.place, job.places[place] = place, spare.node
-        holder.place, holder.lost_place = None, place
+        _hand_over(job, place, holder, spare)
         done.append(
             {"place": place, "refused": holder.node, "refused_host": holder.host,
              "spare": spare.node, "spare_host": spare.host}
@@ -161,6 +157,13 @@ def replace_refused(job: JobState, refused: dict[int, str]) -> list[dict[str, An
             failure = Failure(node=member.node, host=member.host, exit_code=LOST_EXIT, why=why)
             job.send(member, StopJob(LOST_EXIT, failure))
     return done
+
+
+def _hand_over(job: JobState, place: int, holder: MemberState | None, spare: MemberState) -> None:
+    """`place` goes from `holder` (if any is known) to `spare` (substitute, replace_refused)."""
+    spare.place, job.places[place] = place, spare.node
+    if holder is not None:
+        holder.place, holder.lost_place = None, place
 
 
 def _why_lost(cause: Failure | None) -> str:
