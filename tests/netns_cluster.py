@@ -25,11 +25,16 @@ class NetnsCluster(netns.NetnsCluster):
     def drop_host(self, i: int) -> None:
         """Host i dies: every process on it is SIGKILLed (a dead machine gets no SIGTERM) and
         its link cut. Its namespaces stay, so `restore_link` + `popen` can 'reboot' it."""
+        self.kill_host(i)
+        self.cut_link(i)
+
+    def kill_host(self, i: int) -> None:
+        """Host i's pod is gone at once: every process on it SIGKILLed, its link up (its
+        connections close: the kernel says so to their peers)."""
         ns = self._netns[self.netns(i)]
         left = netns._end_processes({ns}, grace=0, keep={self._anchors[i].pid})
         if left:
             raise RuntimeError(f"host {i}: processes {left} survived SIGKILL")
-        self.cut_link(i)
 
     def _port(self, i: int) -> int:
         self._check(i)

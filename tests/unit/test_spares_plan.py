@@ -132,7 +132,6 @@ def test_a_mindspore_spare_plans_nothing_and_node_0_plans_the_scheduler(tmp_path
     ("mode", "env", "words"),
     [
         ("tensorflow", {}, "spares=1: expected 0 in tensorflow mode"),
-        ("mpi", {}, "spares=1: expected 0 in mpi mode"),
         (
             "mindspore",
             {"RANK_TABLE_FILE": "rt.json", "RANK_ID": "0", "RANK_SIZE": "2"},
@@ -157,6 +156,51 @@ def test_spares_where_places_are_not_planned_are_refused(
 
 def test_simulate_refuses_spares_once_where_every_node_would(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text("")
-    argv = ["simulate", "--mode", "mpi", "--nodes", "2", "--devices", "1"]
+    argv = ["simulate", "--mode", "tensorflow", "--nodes", "2", "--devices", "1"]
     res = run_marun([*argv, "--max-restarts", "1", "--spares", "1", "--", "train.py"], cwd=tmp_path)
-    assert res.returncode == 2 and "spares=1: expected 0 in mpi mode" in res.stderr
+    assert res.returncode == 2 and "spares=1: expected 0 in tensorflow mode" in res.stderr
+
+
+def _ssh_dir(tmp_path: Path) -> str:
+    """Volcano's ssh secret as the MPI planner checks it (present; its contents are ssh's)."""
+    ssh = tmp_path / "ssh"
+    ssh.mkdir(exist_ok=True)
+    for name in ("id_rsa", "id_rsa.pub", "authorized_keys"):
+        (ssh / name).write_text("x\n")
+        (ssh / name).chmod(0o600)
+    return str(ssh)
+
+
+def test_mpi_node_0_lists_the_places_and_a_spare_joins_node_0s_job(tmp_path: Path) -> None:
+    """mpi mode: node 0's hostfile names the 3 places (not the spare), and the spare's marun
+    dials node 0's host with the same job id (it is planned as the last place until it has
+    one: node 0's host stays node 0's)."""
+    (tmp_path / "train.py").write_text("")
+    extra = {"MARUN_SSH_DIR": _ssh_dir(tmp_path), "MARUN_RUN_DIR": str(tmp_path / "run")}
+    plans = []
+    for index in (0, 3):
+        argv = ["plan", "--mode", "mpi", "--format", "json", "--", "train.py"]
+        res = run_marun(argv, env=_env(index, **extra), cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+        plans.append(json.loads(res.stdout))
+    files = {f["path"].rsplit("/", 1)[-1]: f["content"] for f in plans[0]["nodes"][0]["files"]}
+    assert files["hostfile"] == "h0 slots=2\nh1 slots=2\nh2 slots=2\n"
+    node, spare = plans[0]["coordination"], plans[1]["coordination"]
+    assert spare["host"] == node["host"] == "h0" and spare["job"] == node["job"]
+    assert plans[1]["nodes"][0]["processes"] == [] and plans[1]["nodes"][0]["host"] == "h3"
+
+
+def test_an_mpi_spare_given_place_1_runs_node_1s_sshd_on_its_own_host(tmp_path: Path) -> None:
+    cwd = str(tmp_path)
+    (tmp_path / "train.py").write_text("")
+    ssh, run = _ssh_dir(tmp_path), str(tmp_path / "run")
+
+    def platform(index: int):  # type: ignore[no-untyped-def]
+        settings = Settings(nic="lo", max_restarts=2, ssh_dir=ssh, run_dir=run)
+        return read_platform(["train.py"], _env(index), cwd, settings)
+
+    placed = build_plan("mpi", as_place(platform(3), 1, 3))
+    own = build_plan("mpi", as_place(platform(1), 1, 3))
+    assert placed.nodes[0].host == "h3" and own.nodes[0].host == "h1"
+    assert [p.role for p in placed.nodes[0].processes] == ["sshd"]
+    assert [p.argv for p in placed.nodes[0].processes] == [p.argv for p in own.nodes[0].processes]

@@ -245,6 +245,7 @@ def lost(job: JobState, member: MemberState, why: str = "") -> None:
     # meanwhile).
     member.ended = member.last_seen_wall or job.wall
     member.outcome = "lost"
+    member.lost_why = failure.why or ""
 
 
 def back(job: JobState, member: MemberState) -> None:
@@ -253,6 +254,7 @@ def back(job: JobState, member: MemberState) -> None:
     `stopped`; a stopped job waits for its end; its loss stays the round's cause (one incident,
     one round)."""
     member.ended = member.outcome = None
+    member.lost_why = ""
     job.log("node_back", "warning", node=member.node, slot=member.slot, host=member.host)
     if member.lost_place is not None and member.place is None:
         spares.dismiss(job, member)  # its place went to a spare: its ranks must not run on

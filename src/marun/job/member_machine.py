@@ -244,7 +244,8 @@ class MemberMachine:
         self.started_at = self.started_at or now
         self._enter(MemberPhase.RUNNING)
         self._out += [Say(note) for note in msg.notes]  # (round 0: the preflight's warnings)
-        self._push(JobEvent("start", round_, ports=dict(msg.ports) if round_ else {}))
+        ports = dict(msg.ports) if round_ else {}
+        self._push(JobEvent("start", round_, ports=ports, hosts=msg.hosts))
 
     def _say_once(self, why: str) -> None:
         if why not in self._said:

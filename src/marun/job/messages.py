@@ -15,6 +15,8 @@ from marun.exit_codes import LOST_EXIT
 from marun.inputs.numbers import is_port
 from marun.runtime.failure import Failure
 
+MAX_PLACE_HOSTS = 4096  # a start's places held by spares (no job keeps more spares)
+
 
 @dataclass(frozen=True)
 class Hello:
@@ -248,6 +250,9 @@ class Start:
     ports: dict[str, str]  # the round's ports that move (valid port numbers only)
     # lines for every console: the preflight's warnings (round 0), the spares that took a place
     notes: tuple[str, ...] = ()
+    # hot spares: (place, host) of each place a spare holds now (node 0's hostfile in mpi mode,
+    # every process's TF_CONFIG in tensorflow mode name its host: marun.plan.place_hosts)
+    hosts: tuple[tuple[int, str], ...] = ()
 
     KIND: ClassVar[str] = "start"
 
@@ -259,6 +264,8 @@ class Start:
             out["ports"] = {k: int(v) for k, v in self.ports.items()}
         if self.notes:
             out["notes"] = list(self.notes)
+        if self.hosts:
+            out["hosts"] = {str(place): host for place, host in self.hosts}
         return out
 
 
@@ -367,6 +374,21 @@ def _ports(value: object) -> dict[str, str]:
     }
 
 
+def _hosts(value: object) -> tuple[tuple[int, str], ...]:
+    """A start's places held by spares: only places and host names or addresses (they go into
+    a hostfile and a TF_CONFIG)."""
+    from marun.inputs.hosts import is_host_name, is_ip
+
+    if not isinstance(value, dict):
+        return ()
+    out = []
+    for key, host in list(value.items())[:MAX_PLACE_HOSTS]:
+        named = isinstance(host, str) and (is_ip(host) or is_host_name(host))
+        if isinstance(key, str) and key.isdigit() and named:
+            out.append((int(key), host))
+    return tuple(sorted(out))
+
+
 def _failure(value: object) -> Failure | None:
     return Failure.from_wire(value) if isinstance(value, dict) else None
 
@@ -382,7 +404,9 @@ def leader_message(body: Mapping[str, Any]) -> LeaderMessage | None:
     if kind == "start":
         notes = body.get("notes") or []
         said = tuple(str(n)[:500] for n in notes[:32] if isinstance(n, str))
-        return Start(int(body.get("round", 0)), _ports(body.get("ports")), said)
+        return Start(
+            int(body.get("round", 0)), _ports(body.get("ports")), said, _hosts(body.get("hosts"))
+        )
     if kind == "restart":
         return Restart(int(body.get("round", 0)), _failure(body.get("cause")))
     if kind == "stop":

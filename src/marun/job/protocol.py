@@ -48,7 +48,7 @@ FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "stacks": {"text": (str,)},
     "end": {"outcome": (str,), "exit_code": (int,)},
     "welcome": {"instance": (str,), "wall": _NUMBER},
-    "start": {"round": (int,), "ports": (dict,), "notes": (list,)},
+    "start": {"round": (int,), "ports": (dict,), "notes": (list,), "hosts": (dict,)},
     "preflight": {"report": (dict,)},
     "probe": {"target": (dict,)},
     "link": {"link": (dict,)},

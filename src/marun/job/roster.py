@@ -73,6 +73,7 @@ class MemberState:
     released: bool = False  # a spare told the job's end (marun.job.spares.release)
     lost_place: int | None = None  # the place it held when a spare took it
     leaving: bool = False  # told to stop (its pod deleted) while it held a place: it leaves it
+    lost_why: str = ""  # why node 0 found it lost (said when a spare takes its place)
 
 
 class Roster(MutableMapping[Key, MemberState]):

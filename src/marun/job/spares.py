@@ -13,6 +13,7 @@ then on; the same marun, which may still run place j's ranks, is told to stop. N
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from marun.exit_codes import LOST_EXIT
@@ -87,8 +88,21 @@ def send_start(job: JobState, start: Start) -> None:
 def send_place(job: JobState, member: MemberState, then: LeaderMessage | None = None) -> None:
     assert member.place is not None
     job.send(member, Place(member.place))
+    if isinstance(then, Start):
+        then = replace(then, hosts=placed_hosts(job))
     if then is not None:
         job.send(member, then)
+
+
+def placed_hosts(job: JobState) -> tuple[tuple[int, str], ...]:
+    """(place, host) of every place a node other than its own holds (a spare took it): what
+    node 0's mpirun hostfile and every TF_CONFIG say for that place (marun.plan.place_hosts)."""
+    out = []
+    for place, node in sorted(job.places.items()):
+        holder = job.members.get((node, 0)) if node != place else None
+        if holder is not None:
+            out.append((place, holder.host))
+    return tuple(out)
 
 
 def substitute(job: JobState) -> None:
@@ -108,7 +122,9 @@ def substitute(job: JobState) -> None:
         _hand_over(job, place, holder, spare)
         lost_host = holder.host if holder is not None else "?"
         record = job.rounds[-1] if job.rounds else None
-        why = _why_lost(record.cause if record is not None else None)
+        # why it was lost: its own loss's reason, else the round's cause (a stop signal)
+        why = _why_lost(holder.lost_why if holder is not None and holder.lost_why else None)
+        why = why or _why_lost(record.cause.why if record and record.cause else None)
         if record is not None:
             record.substitutions.append(
                 {"place": place, "lost": node, "lost_host": lost_host, "spare": spare.node,
@@ -164,13 +180,15 @@ def _hand_over(job: JobState, place: int, holder: MemberState | None, spare: Mem
     spare.place, job.places[place] = place, spare.node
     if holder is not None:
         holder.place, holder.lost_place = None, place
+        # A place's processes are the same on any node (an MPI node's sshd alone, a TF
+        # parameter server): the spare's are daemons only where the holder's were.
+        spare.daemons_only = holder.daemons_only
 
 
-def _why_lost(cause: Failure | None) -> str:
-    if cause is None or not cause.why:
+def _why_lost(why: str | None) -> str:
+    if not why or " lost: " not in why:
         return ""
-    why = cause.why.split(" lost: ", 1)[-1]
-    return f" ({why[:160]})"
+    return f" ({why.split(' lost: ', 1)[-1][:160]})"
 
 
 def dismiss(job: JobState, member: MemberState) -> None:

@@ -73,6 +73,21 @@ def read_hostfile(path: str) -> list[tuple[str, str]]:
     return entries
 
 
+def _placed(entries: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Hot spares: the lines of the places a spare holds name the spare's host
+    (marun.plan.place_hosts; node 0 is told them with each round's start)."""
+    from marun.plan.place_hosts import PLACE_HOSTS_VAR, parse_place_hosts
+
+    text = os.environ.get(PLACE_HOSTS_VAR, "")
+    if not text:
+        return entries
+    out = list(entries)
+    for place, host in sorted(parse_place_hosts(text, len(entries)).items()):
+        say(f"hostfile: place {place} is on {host} now (a spare took it)")
+        out[place] = (host, out[place][1])
+    return out
+
+
 def write_hostfile(path: str, entries: Sequence[tuple[str, str]]) -> None:
     text = "".join(f"{host} {rest}".rstrip() + "\n" for host, rest in entries)
     atomic_write(path, text, 0o644)
@@ -188,7 +203,7 @@ def launch(args: argparse.Namespace, mpirun_argv: Sequence[str]) -> int:
     # The first stop signal is kept so that the reason names it. A signal the supervisor relays
     # reaches mpirun by the process group: nothing to pass on.
     signals = StopFlag()
-    entries = read_hostfile(args.hostfile)
+    entries = _placed(read_hostfile(args.hostfile))
     if len(entries) > 1:
         from marun.mpi.formation import FormationError
         from marun.mpi.ssh_keys import find_tool

@@ -18,10 +18,11 @@ from marun.errors import InputError, bad_value
 from marun.inputs.appended_args import AppendedArgs
 from marun.inputs.injected import TASK_INDEX_VARS, Platform
 
-# The modes whose places are planned from the node index, the node count and node 0's host
-# alone (what a spare rewrites; node 0 is never replaced). The others are one line of bad input
-# until they are (docs/supervision.md, "Hot spares").
-SPARE_MODES = ("pytorch", "mindspore")
+# The modes whose places are planned from the node index, the node count and the hosts (what a
+# spare rewrites; node 0 is never replaced; in mpi mode node 0's hostfile names the spare's host
+# from the round's start on: marun.plan.place_hosts). The others are one line of bad input until
+# they are (docs/supervision.md, "Hot spares").
+SPARE_MODES = ("pytorch", "mindspore", "mpi")
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ def layout(mode: str, platform: Platform) -> Layout | None:
             "spares",
             spares,
             f"0 in {mode} mode (hot spares are planned in {', '.join(SPARE_MODES)} mode only so "
-            "far: its processes depend on the node's index alone)",
+            "far: their processes depend on the node's index and the hosts alone)",
         )
     if platform.env.get("RANK_TABLE_FILE", "").strip():
         raise bad_value(

@@ -26,6 +26,8 @@ class JobEvent:
     code: int
     failure: Optional[Failure] = None
     ports: Mapping[str, str] = field(default_factory=dict)
+    # `start` with hot spares: (place, host) of each place a spare holds (marun.plan.place_hosts)
+    hosts: tuple[tuple[int, str], ...] = ()
 
 
 class JobLink(Protocol):

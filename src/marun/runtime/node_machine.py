@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from marun.exit_codes import signal_exit
 from marun.plan.launch_plan import ProcessSpec, Supervision, round_spec
+from marun.plan.place_hosts import with_place_hosts
 from marun.runtime.failure import Failure
 from marun.runtime.node_actions import (
     Activity,
@@ -68,6 +69,7 @@ class NodeMachine:
         self.began = now  # when this round's processes were started
         self.killed = False
         self.ports: dict[str, str] = {}
+        self.place_hosts: tuple[tuple[int, str], ...] = ()  # hot spares (JobEvent.hosts)
         self._out: list[NodeAction] = []
 
     # -- events -------------------------------------------------------------------------------
@@ -88,6 +90,7 @@ class NodeMachine:
             if event.kind == "start" and self.phase is Phase.ARRIVING:
                 if event.code == 0 and not self.job.rounds:
                     self._emit("job_started")
+                self.place_hosts = event.hosts
                 self._start_round(event.code, dict(event.ports), now, wall)
             elif event.kind == "restart":
                 self._on_restart(event.code, event.failure, now)
@@ -164,7 +167,8 @@ class NodeMachine:
 
     def spec_of_round(self, spec: ProcessSpec) -> ProcessSpec:
         """The process as this round starts it."""
-        return round_spec(spec, self.round, self.options.max_restarts, self.ports)
+        spec = round_spec(spec, self.round, self.options.max_restarts, self.ports)
+        return with_place_hosts(spec, self.place_hosts) if self.place_hosts else spec
 
     # -- the rules ----------------------------------------------------------------------------
 

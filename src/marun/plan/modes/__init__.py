@@ -166,7 +166,9 @@ def _with_spares(
     from marun.plan.spares import as_place
 
     place = spares.place
-    placed = as_place(platform, 0 if place is None else place, spares.nodes)
+    # A spare is planned as the last place until it has one (its inputs checked now; node 0's
+    # host, which mpi mode reads from the host list, stays node 0's).
+    placed = as_place(platform, spares.nodes - 1 if place is None else place, spares.nodes)
     plan = planner(mode)(placed, all_nodes)  # (a spare's too: its inputs are checked now)
     note = (
         f"hot spares: the job trains on {spares.nodes} node(s); the last {spares.spares} of the "
