@@ -77,3 +77,32 @@ def test_mpi_allreduce_on_three_simulated_hosts(tmp_path: Path) -> None:
         ["pgrep", "-f", str(tmp_path)], capture_output=True, text=True, check=False
     )
     assert left.stdout.strip() == ""
+
+
+def test_mpi_with_a_spare_ends_with_mpirun_and_the_spare_hears_it(tmp_path: Path) -> None:
+    """3 simulated hosts, `--spares 1`: mpirun runs on hosts 0-1, host 2 waits with nothing
+    started; when mpirun is done, host 1's sshd and the waiting spare end with it (exit 0)."""
+    reason = available()
+    if reason:
+        pytest.skip(reason)
+    python = framework_python("mpi")
+    before = _namespaces()
+    script = tmp_path / "mpi_allreduce.py"
+    script.write_text((EXAMPLES / "mpi_allreduce.py").read_text())
+    res = subprocess.run(
+        [str(python), "-m", "marun", "simulate", "--mode", "mpi", "--nodes", "3", "--devices",
+         "1", "--max-restarts", "1", "--spares", "1", "--no-show-plan", "--", script.name],
+        capture_output=True,
+        text=True,
+        env=clean_env({"PATH": f"{python.parent}:{clean_env()['PATH']}"}),
+        cwd=tmp_path,
+        timeout=180,
+        check=False,
+    )  # fmt: skip
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-4000:]
+    ranks = re.findall(r"rank (\d)/2 on (\S+): allreduce sum 3 \(expected 3\)", res.stdout)
+    assert sorted(ranks) == [("0", "marun-sim-worker-0"), ("1", "marun-sim-worker-1")], out
+    assert "node 2 ran nothing (no place); it ends with 0" in out
+    assert "could not find environment variable" not in out  # (mpirun forwards what is set)
+    assert _left_behind(before) == set()

@@ -53,8 +53,8 @@ class Job:
         self.out += actions
         return actions
 
-    def hello(self, node: int, started: bool = False) -> list[Action]:
-        msg = Hello(node, 0, self.instances[node], f"h{node}", "", started, False, PROTOCOL)
+    def hello(self, node: int, started: bool = False, daemons: bool = False) -> list[Action]:
+        msg = Hello(node, 0, self.instances[node], f"h{node}", "", started, daemons, PROTOCOL)
         return self._take(self.machine.hello(f"c{node}", "127.0.0.1", msg, self.now, WALL))
 
     def say(self, node: int, msg: Any) -> list[Action]:
@@ -128,6 +128,54 @@ def test_a_lost_node_s_place_goes_to_the_spare_in_the_next_round() -> None:
     report = state_report(job.machine.job, 0)
     subs = report["rounds"][0]["substitutions"]
     assert subs == [{"place": 1, "lost": 1, "lost_host": "h1", "spare": 3, "spare_host": "h3"}]
+
+
+def test_every_start_names_the_places_spares_hold_and_their_hosts() -> None:
+    """mpi mode's hostfile (node 0's mpi-leader rewrites those lines: marun.plan.place_hosts):
+    the start of round 1 and every later one, to every node, says place 1 is on h3."""
+    job = _started()
+    job.lose(1)
+    job.say(0, Stopped(1))
+    job.say(2, Stopped(1))
+    for node in (0, 2, 3):
+        assert job.sent(node, Start)[-1].hosts == ((1, "h3"),)
+    assert job.sent(0, Start)[0].hosts == ()  # round 0: every place on its own node
+    job.hello(2, started=True)  # a reconnection: its reminder of the round says it too
+    reminder = job.sent(2, Start)[-1]
+    assert (reminder.round, reminder.hosts) == (1, ((1, "h3"),))
+
+
+def test_mpi_a_spare_takes_daemons_only_and_the_job_ends_with_mpirun() -> None:
+    """mpi mode: node 0 runs mpirun, the other places sshd alone (daemons only). When mpirun
+    ends, the daemons and the spare that waits are told the job's end; a spare that took a
+    place runs that place's sshd, daemons only too."""
+    job = Job()
+    job.hello(0)
+    for node in (1, 2):
+        job.hello(node, daemons=True)
+    job.hello(3)  # a spare: it has no processes yet (not daemons only)
+    job.lose(1)
+    job.say(0, Stopped(1))
+    job.say(2, Stopped(1))
+    assert job.sent(3, Place) == [Place(1)]
+    job.say(0, End("succeeded", 0))
+    job.tick()
+    assert job.broadcast(StopJob) == [StopJob(0, None)]  # the sshds and nothing else stop
+    for node in (2, 3):
+        job.say(node, End("succeeded", 0))
+    job.tick()
+    assert job.machine.job.phase.value == "done" and job.machine.job.exit_code == 0
+
+
+def test_mpi_the_waiting_spare_hears_the_end_with_the_daemons() -> None:
+    job = Job()
+    job.hello(0)
+    for node in (1, 2):
+        job.hello(node, daemons=True)
+    job.hello(3)
+    job.say(0, End("succeeded", 0))
+    job.tick()
+    assert job.broadcast(StopJob) == [StopJob(0, None)], job.out
 
 
 def _signalled(job: Job, node: int, name: str = "SIGTERM") -> None:

@@ -357,9 +357,11 @@ class JobMachine:
             return
         if pending and job.stopped is None:
             # (a job of daemons alone has no worker whose end ends them)
-            workers = any(not m.daemons_only for m in job.members.values())
-            if workers and all(m.daemons_only for m in pending):
-                job.stop_daemons()  # TF parameter servers end when the job is done
+            workers = any(not m.daemons_only for m in spares.holders(job))
+            if workers and all(m.daemons_only or m.place is None for m in pending):
+                # TF parameter servers, an MPI node's sshd end when the job is done (and the
+                # spares that wait with them hear the end)
+                job.stop_daemons()
             return
         if pending:
             return

@@ -91,7 +91,10 @@ def as_place(platform: Platform, place: int, nodes: int) -> Platform:
     for name in ("MA_NUM_HOSTS", f"VC_{task_key}_NUM"):
         if env.get(name, "") != "":
             env[name] = str(nodes)
-    if hosts is not None:
+    given = env.get(f"VC_{task_key}_HOSTS", "") != ""
+    if hosts is not None and (given or place != platform.node_index()):
+        # (a list the platform did not give is written only where this node's host must move:
+        # mpirun forwards what the plan read, and would warn of a variable it cannot find)
         # The places' hosts: this node's at its place (the others' as the platform listed them:
         # a spare knows no other substitution, and nothing pytorch mode plans reads them).
         places = hosts[:nodes]
