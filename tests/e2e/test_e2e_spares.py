@@ -241,3 +241,84 @@ def test_mindspore_a_crash_round_then_a_spare_takes_a_deleted_pod_s_place(tmp_pa
     by_round = {k: {p for r, p in sched_ports if r == k} for k in ("0", "1", "2")}
     assert all(len(p) == 1 for p in by_round.values()), sched_ports
     assert len(set().union(*by_round.values())) == 3, sched_ports  # the port moved each round
+
+
+# -- TensorFlow -----------------------------------------------------------------------------------
+
+# A cluster of workers alone (MultiWorkerMirroredStrategy), each worker on its own loopback
+# address: each says the cluster its TF_CONFIG lists and all-reduces its index + 1; in round 0 it
+# then waits to be stopped.
+TF_WORKER = """\
+import json, os, time
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import tensorflow as tf
+round_ = os.environ["MARUN_RESTART_COUNT"]
+config = json.loads(os.environ["TF_CONFIG"])
+index = config["task"]["index"]
+print(f"worker {index} round {round_} cluster {','.join(config['cluster']['worker'])}", flush=True)
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+total = strategy.reduce("SUM", strategy.run(lambda: tf.constant(float(index + 1))), axis=None)
+print(f"worker {index} round {round_} sum {float(total):g}", flush=True)
+if round_ == "0":
+    time.sleep(600)
+"""
+
+
+def _wait_for_tf(node: Node, pattern: str) -> None:
+    deadline = time.monotonic() + DEADLINE
+    while not re.search(pattern, node.stdout, re.M):
+        assert time.monotonic() < deadline and node.proc.poll() is None, node.report()
+        time.sleep(0.1)
+
+
+def test_tensorflow_a_spare_takes_a_deleted_pod_s_place_in_every_tf_config(tmp_path: Path) -> None:
+    """Real TensorFlow (CPU), MultiWorkerMirroredStrategy: 2 places + 1 spare, worker i on
+    127.0.0.(i+1). Round 0 all-reduces over workers 0-1; node 1's pod is deleted; in round 1 the
+    spare (127.0.0.3) is worker 1 on place 1's port, and every worker's TF_CONFIG (node 0's too)
+    lists it there: the all-reduce of round 1 sums both workers again."""
+    (tmp_path / "worker.py").write_text(TF_WORKER)
+    nodes_n, places = 3, 2
+    *tf_ports, job_port = free_ports(nodes_n + 1)
+    hosts = [f"127.0.0.{n + 1}" for n in range(nodes_n)]
+    workers = ",".join(f"{h}:{p}" for h, p in zip(hosts, tf_ports))
+    with LocalCluster(tmp_path, "tensorflow") as cluster:
+        nodes = [
+            cluster.start(
+                f"tf-node{n}",
+                [
+                    *("run", "--mode", "tensorflow", "--max-restarts", "2", "--spares", "1"),
+                    *("--", str(tmp_path / "worker.py")),
+                    *("--task_index", str(n), "--worker_hosts", workers, "--job_name", "worker"),
+                ],
+                {
+                    "MA_NUM_HOSTS": str(nodes_n),
+                    "VC_TASK_INDEX": str(n),
+                    "MA_VJ_NAME": "e2e-tf-spares",
+                    "MA_TASK_NAME": "worker",
+                    "MARUN_GRACE_PERIOD": "5",
+                    "MARUN_JOB_PORT": str(job_port),
+                    NODE_VAR: f"tf-node{n}",
+                },
+            )
+            for n in range(nodes_n)
+        ]
+        for n in range(places):
+            _wait_for_tf(nodes[n], rf"worker {n} round 0 sum 3$")
+        assert "round 0" not in nodes[2].stdout  # the spare ran nothing
+        _delete_pod("tf-node1")
+        codes = [node.wait(DEADLINE) for node in (nodes[0], nodes[2])]
+        assert codes == [0, 0], cluster.report()
+        assert nodes[1].proc.wait(5) == -signal.SIGKILL
+        cluster.assert_nothing_left()
+
+    round_1 = f"{hosts[0]}:{tf_ports[0]},{hosts[2]}:{tf_ports[1]}"  # the spare on place 1's port
+    for node, index in ((nodes[0], 0), (nodes[2], 1)):
+        out = node.stdout
+        assert re.search(rf"worker {index} round 1 cluster {round_1}$", out, re.M), out
+        assert re.search(rf"worker {index} round 1 sum 3$", out, re.M), out
+    console = nodes[0].stdout + nodes[0].stderr
+    said = r"marun: node 1 \(127\.0\.0\.2\) lost .*; spare node 2 \(127\.0\.0\.3\) takes"
+    assert re.search(said, console), console
+    report = json.loads((nodes[0].log_dir / "job.json").read_text())
+    (round1,) = report["rounds"]
+    assert [(s["place"], s["lost"], s["spare"]) for s in round1["substitutions"]] == [(1, 1, 2)]

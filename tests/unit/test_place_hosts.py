@@ -63,3 +63,16 @@ def test_the_leader_rewrites_the_lines_of_the_places_spares_hold(
         ("10.0.0.1", "slots=2"), ("10.0.0.2", "slots=2"), ("host-e", "slots=2")
     ]  # fmt: skip
     assert "marun: hostfile: place 2 is on host-e now (a spare took it)" in capsys.readouterr().err
+
+
+def test_a_tf_worker_is_told_the_spare_s_host_on_the_place_s_port() -> None:
+    config = (
+        '{"cluster":{"worker":["10.0.0.1:5000","10.0.0.2:5001","10.0.0.3:5002"]},'
+        '"task":{"type":"worker","index":0}}'
+    )
+    spec = ProcessSpec(
+        name="worker0", argv=("x",), env={"TF_CONFIG": config}, cwd="/", log="/l", role="worker"
+    )
+    told = with_place_hosts(spec, ((1, "10.0.0.9"), (7, "h")))  # (a place past the list: kept)
+    assert told.env["TF_CONFIG"] == config.replace("10.0.0.2:5001", "10.0.0.9:5001")
+    assert PLACE_HOSTS_VAR not in told.env

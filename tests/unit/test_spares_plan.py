@@ -131,7 +131,7 @@ def test_a_mindspore_spare_plans_nothing_and_node_0_plans_the_scheduler(tmp_path
 @pytest.mark.parametrize(
     ("mode", "env", "words"),
     [
-        ("tensorflow", {}, "spares=1: expected 0 in tensorflow mode"),
+        ("tensorflow", {}, "spares=1: expected 0 in tensorflow mode with parameter servers"),
         (
             "mindspore",
             {"RANK_TABLE_FILE": "rt.json", "RANK_ID": "0", "RANK_SIZE": "2"},
@@ -148,6 +148,7 @@ def test_spares_where_places_are_not_planned_are_refused(
     argv = ["run", "--mode", mode, "--", "train.py"]
     if mode == "tensorflow":
         argv += ["--task_index", "0", "--worker_hosts", "127.0.0.1:2222", "--job_name", "worker"]
+        argv += ["--ps_hosts", "127.0.0.1:2223"]
     res = run_marun(argv, env={**base, **env}, cwd=tmp_path)
     assert res.returncode == 2, res.stderr
     assert words in res.stderr
@@ -204,3 +205,73 @@ def test_an_mpi_spare_given_place_1_runs_node_1s_sshd_on_its_own_host(tmp_path: 
     assert placed.nodes[0].host == "h3" and own.nodes[0].host == "h1"
     assert [p.role for p in placed.nodes[0].processes] == ["sshd"]
     assert [p.argv for p in placed.nodes[0].processes] == [p.argv for p in own.nodes[0].processes]
+
+
+WORKERS = "10.0.0.1:5000,10.0.0.2:5001,10.0.0.3:5002,10.0.0.4:5003"
+
+
+def _tf(index: int) -> list[str]:
+    return ["--task_index", str(index), "--worker_hosts", WORKERS, "--job_name", "worker"]
+
+
+def test_tensorflow_workers_plan_the_n_places_and_a_spare_takes_place_1_s_port(
+    tmp_path: Path,
+) -> None:
+    """A cluster of workers alone (MultiWorkerMirroredStrategy): 3 places + 1 spare. Worker 1
+    lists the first 3 workers; the spare, given place 1, is task 1 at its own host on place 1's
+    port (every other worker is told its host with the round's start: marun.plan.place_hosts)."""
+    cwd = str(tmp_path)
+    (tmp_path / "train.py").write_text("")
+
+    def platform(index: int):  # type: ignore[no-untyped-def]
+        settings = Settings(max_restarts=2)
+        env = {**_env(index), "MA_TASK_NAME": "worker"}
+        env.pop("VC_WORKER_HOSTS")
+        return read_platform(["train.py", *_tf(index)], env, cwd, settings)
+
+    def config(plan):  # type: ignore[no-untyped-def]
+        (proc,) = plan.nodes[0].processes
+        return json.loads(proc.env["TF_CONFIG"])
+
+    own = config(build_plan("tensorflow", as_place(platform(1), 1, 3)))
+    placed = build_plan("tensorflow", as_place(platform(3), 1, 3))
+    assert own["cluster"]["worker"] == ["10.0.0.1:5000", "10.0.0.2:5001", "10.0.0.3:5002"]
+    assert config(placed) == {
+        "cluster": {"worker": ["10.0.0.1:5000", "10.0.0.4:5001", "10.0.0.3:5002"]},
+        "task": {"type": "worker", "index": 1},
+    }
+    assert placed.nodes[0].host == "10.0.0.4"
+
+
+def test_a_tensorflow_spare_plans_nothing_and_dials_worker_0(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("")
+    plans = []
+    for index in (0, 3):
+        argv = ["plan", "--mode", "tensorflow", "--format", "json", "--", "train.py", *_tf(index)]
+        env = {**_env(index), "MA_TASK_NAME": "worker"}
+        res = run_marun(argv, env=env, cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+        plans.append(json.loads(res.stdout))
+    node, spare = plans[0]["coordination"], plans[1]["coordination"]
+    assert spare["host"] == node["host"] == "10.0.0.1" and spare["job"] == node["job"]
+    assert (spare["nodes"], spare["index"], spare["spares"]) == (4, 3, 1)
+    assert plans[1]["nodes"][0]["processes"] == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--ps_hosts", "10.0.0.9:6000"], "with parameter servers or a chief"),
+        (["--tf-chief"], "with parameter servers or a chief"),
+    ],
+)
+def test_tensorflow_spares_need_a_cluster_of_workers_alone(
+    tmp_path: Path, extra: list[str], words: str
+) -> None:
+    (tmp_path / "train.py").write_text("")
+    flags = [w for w in extra if w.startswith("--tf-")]
+    appended = [w for w in extra if not w.startswith("--tf-")]
+    argv = ["run", "--mode", "tensorflow", *flags, "--", "train.py", *_tf(1), *appended]
+    res = run_marun(argv, env={**_env(1), "MA_TASK_NAME": "worker"}, cwd=tmp_path)
+    assert res.returncode == 2 and f"spares=1: expected 0 in tensorflow mode {words}" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr

@@ -6,7 +6,9 @@ place j changes nothing elsewhere. In mpi mode node 0's mpirun reaches every pla
 hostfile names each place's host, so each round's `start` tells node 0 which places spares hold
 (`Start.hosts`, node 0's job state: marun.job.spares.placed_hosts) and node 0's leader process
 (marun.mpi.leader) gets them in `MARUN_PLACE_HOSTS` and rewrites those lines of the hostfile
-before it checks the cluster and starts mpirun.
+before it checks the cluster and starts mpirun. In tensorflow mode (a cluster of workers alone)
+every worker's `TF_CONFIG` lists every place's `HOST:PORT`: each worker of the round is started
+with those places' hosts in it (the port stays the place's: a spare's TF server listens on it).
 """
 
 from __future__ import annotations
@@ -22,11 +24,33 @@ PLACE_HOSTS_VAR = "MARUN_PLACE_HOSTS"  # "1=host-d,2=10.0.0.7": place=host, a sp
 
 def with_place_hosts(spec: ProcessSpec, hosts: Sequence[tuple[int, str]]) -> ProcessSpec:
     """The process as it starts while spares hold `hosts` (place, host): node 0's MPI leader is
-    told them; every other process is as planned."""
-    if not hosts or spec.role != "leader":
+    told them, a TensorFlow worker's TF_CONFIG names them; every other process is as planned."""
+    if not hosts:
         return spec
-    value = ",".join(f"{place}={host}" for place, host in hosts)
-    return replace(spec, env={**spec.env, PLACE_HOSTS_VAR: value})
+    if spec.role == "leader":
+        value = ",".join(f"{place}={host}" for place, host in hosts)
+        return replace(spec, env={**spec.env, PLACE_HOSTS_VAR: value})
+    if "TF_CONFIG" in spec.env:
+        return replace(
+            spec, env={**spec.env, "TF_CONFIG": _tf_config(spec.env["TF_CONFIG"], hosts)}
+        )
+    return spec
+
+
+def _tf_config(text: str, hosts: Sequence[tuple[int, str]]) -> str:
+    """TF_CONFIG with worker `place`'s host replaced, its port kept (as the planner writes it:
+    marun.plan.modes.tensorflow.tf_config)."""
+    import json
+
+    from marun.inputs.tf_hosts import split_address
+
+    config = json.loads(text)
+    workers = config.get("cluster", {}).get("worker", [])
+    for place, host in hosts:
+        address = split_address(workers[place]) if place < len(workers) else None
+        if address is not None:
+            workers[place] = f"{host}:{address[1]}"
+    return json.dumps(config, separators=(",", ":"))
 
 
 def parse_place_hosts(text: str, places: int) -> dict[int, str]:

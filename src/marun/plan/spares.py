@@ -22,7 +22,7 @@ from marun.inputs.injected import TASK_INDEX_VARS, Platform
 # spare rewrites; node 0 is never replaced; in mpi mode node 0's hostfile names the spare's host
 # from the round's start on: marun.plan.place_hosts). The others are one line of bad input until
 # they are (docs/supervision.md, "Hot spares").
-SPARE_MODES = ("pytorch", "mindspore", "mpi")
+SPARE_MODES = ("pytorch", "mindspore", "mpi", "tensorflow")
 
 
 @dataclass(frozen=True)
@@ -63,14 +63,41 @@ def layout(mode: str, platform: Platform) -> Layout | None:
             "spares", spares, "0 without restart rounds (a spare takes a lost node's place in "
             "the next round: set max_restarts too)"
         )  # fmt: skip
-    total = platform.num_hosts()
+    if mode == "tensorflow":
+        index, total = _tf_layout(platform, spares)
+    else:
+        index, total = platform.node_index(), platform.num_hosts()
     if spares >= total:
         raise bad_value(
             "spares",
             spares,
             f"fewer than the platform's {total} node(s) (the job trains on the others)",
         )
-    return Layout(total - spares, spares, platform.node_index())
+    return Layout(total - spares, spares, index)
+
+
+def _tf_layout(platform: Platform, spares: int) -> tuple[int, int]:
+    """tensorflow mode: (this container's task index, the workers) of a cluster of workers
+    alone (MultiWorkerMirroredStrategy's), whose every worker restarts in a round, so a spare's
+    address reaches every TF_CONFIG of the next round (marun.plan.place_hosts). Parameter
+    servers live on from round to round with the list they started with, and a chief is worker
+    0 on every container: both one line of bad input."""
+    from marun.plan.modes.tensorflow import has_cluster, read_job
+
+    why = (
+        "0 in tensorflow mode {} (hot spares in tensorflow mode are planned for a cluster of "
+        "workers alone, MultiWorkerMirroredStrategy's: every worker restarts in a round and is "
+        "told the spare's address; parameter servers live on with the addresses they started "
+        "with)"
+    )
+    if not has_cluster(platform):
+        raise bad_value("spares", spares, why.format("without the platform's cluster"))
+    job, index, ps, workers = read_job(platform)
+    if ps or platform.settings.tf_chief or platform.settings.tf_workers_only:
+        raise bad_value("spares", spares, why.format("with parameter servers or a chief"))
+    if job != "worker":
+        raise bad_value("spares", spares, why.format(f"on a {job} container"))
+    return index, len(workers)
 
 
 def as_place(platform: Platform, place: int, nodes: int) -> Platform:
@@ -106,8 +133,35 @@ def as_place(platform: Platform, place: int, nodes: int) -> Platform:
         values["rank"] = str(place)
     if "world_size" in values:
         values["world_size"] = str(nodes)
-    words = _rewritten(appended.words, {"rank": str(place), "world_size": str(nodes)})
+    new = {"rank": str(place), "world_size": str(nodes)}
+    workers = _tf_workers(platform, place, nodes)
+    if workers is not None:
+        new.update(task_index=str(place), worker_hosts=workers)
+        values.update({k: v for k, v in new.items() if k in values})
+        if env.get("TF_WORKER_HOSTS", "").strip():
+            env["TF_WORKER_HOSTS"] = workers
+    words = _rewritten(appended.words, new)
     return replace(platform, env=env, appended=AppendedArgs(values, words))
+
+
+def _tf_workers(platform: Platform, place: int, nodes: int) -> str | None:
+    """tensorflow mode: the N places' workers, this container's host at `place` with the port
+    that place's entry has (the others' entries as the platform listed them; each round's start
+    tells every worker the host of each place a spare holds: marun.plan.place_hosts). None
+    without the platform's cluster of workers."""
+    from marun.inputs.tf_hosts import split_address
+    from marun.plan.modes.tensorflow import has_cluster, read_job
+
+    if not has_cluster(platform):
+        return None
+    _, index, _, workers = read_job(platform)
+    if place >= len(workers) or index >= len(workers):
+        return None
+    places = list(workers[:nodes])
+    own, at = split_address(workers[index]), split_address(workers[place])
+    if own is not None and at is not None:
+        places[place] = f"{own[0]}:{at[1]}"
+    return ",".join(places)
 
 
 def _rewritten(words: tuple[str, ...], new: dict[str, str]) -> tuple[str, ...]:

@@ -386,8 +386,17 @@ def simulate(request: SimulateRequest) -> int:
         # Refused here, once, as every simulated node would refuse it (marun.plan.spares).
         from dataclasses import replace
 
+        from marun.errors import bad_value
         from marun.plan.spares import layout
 
+        if request.mode == "tensorflow":
+            raise bad_value(
+                "spares",
+                platform.settings.spares,
+                "0 in tensorflow mode with parameter servers (a simulated TensorFlow job has a "
+                "ps and a worker container per node; hot spares in tensorflow mode are planned "
+                "for a cluster of workers alone: docs/engines/tensorflow.md)",
+            )
         env = {**platform.env, "MA_NUM_HOSTS": str(request.nodes), "VC_TASK_INDEX": "0"}
         layout(request.mode, replace(platform, env=env))
     if request.mode == "mpi":

@@ -155,7 +155,7 @@ def _check_once(lists: Sequence[tuple[str, str | None, Sequence[str]]]) -> None:
             seen.add(address)
 
 
-def _read_job(platform: Platform) -> tuple[str, int, tuple[str, ...], tuple[str, ...]]:
+def read_job(platform: Platform) -> tuple[str, int, tuple[str, ...], tuple[str, ...]]:
     """Validated (job_name, task_index, ps hosts, worker hosts) from the appended flags."""
     raw_index = _require(platform, "task_index")
     job = _require(platform, "job_name")
@@ -291,7 +291,7 @@ def plan(platform: Platform, all_nodes: bool) -> LaunchPlan:
     if not has_cluster(platform):
         return _single_container(platform)
 
-    job, index, ps, workers = _read_job(platform)
+    job, index, ps, workers = read_job(platform)
     argv = script_argv(platform)
     chief = platform.settings.tf_chief
     workers_only = platform.settings.tf_workers_only
