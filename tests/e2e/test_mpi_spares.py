@@ -2,14 +2,18 @@
 (real sshd, mpirun, orted and mpi4py ranks, marun as each host's PID 1). The platform starts
 2 + 1 hosts with `--spares 1`: mpirun on host 0 runs 2 ranks on host 0 and 2 on host 1; host 2
 waits (its marun runs nothing, not even sshd). Once every rank of round 0 runs, host 1's pod is
-gone (every process on it SIGKILLed). Round 1: host 2 takes place 1, its marun starts place 1's
-sshd, node 0's hostfile names host 2 on place 1's line, and mpirun runs ranks 2 and 3 there; the
-allreduce of round 1 sums every rank's.
+gone: every process on it SIGKILLed (its connection closes without a goodbye), or SIGTERM to its
+marun (the platform's deletion: it stops sshd, its orted and ranks go with it, and it leaves its
+place). Round 1: host 2 takes place 1, its marun starts place 1's sshd, node 0's hostfile names
+host 2 on place 1's line, and mpirun runs ranks 2 and 3 there; the allreduce of round 1 sums
+every rank's.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 from pathlib import Path
 
 import pytest
@@ -39,8 +43,9 @@ print(f"rank {rank}/{size} round {round_}: allreduce sum {total} "
 """
 
 
+@pytest.mark.parametrize("deletion", ["sigkill", "sigterm"])
 def test_a_spare_takes_a_lost_hosts_place_in_the_hostfile(
-    make_cluster: mpi.MakeCluster, mpi_python: Path, tmp_path: Path
+    make_cluster: mpi.MakeCluster, mpi_python: Path, tmp_path: Path, deletion: str
 ) -> None:
     cluster = make_cluster(3)
     script = tmp_path / "rounds.py"
@@ -55,9 +60,14 @@ def test_a_spare_takes_a_lost_hosts_place_in_the_hostfile(
     size = 2 * mpi.GPUS
     job.wait_for(0, rf"rank \d+/{size} round 0 on ", size)
     assert not cluster.listening(2, 36666), "a spare runs nothing while it waits: " + job.report()
-    cluster.kill_host(1)  # its pod gone: marun, sshd, orted and ranks SIGKILLed
+    if deletion == "sigkill":
+        cluster.kill_host(1)  # its pod gone: marun, sshd, orted and ranks SIGKILLed
+    else:
+        os.killpg(job.nodes[1].proc.pid, signal.SIGTERM)  # reaches marun, PID 1 of host 1
     codes = job.finish()
     assert (codes[0], codes[2]) == (0, 0) and codes[1] != 0, job.report()
+    if deletion == "sigterm":
+        assert codes[1] == 143, job.report()  # it left its place: its own 128+15
 
     out = job.nodes[0].output  # mpirun's --tag-output lines reach node 0's console
     where = dict(re.findall(rf"rank (\d+)/{size} round 1 on (\S+)\n", out))
@@ -65,9 +75,12 @@ def test_a_spare_takes_a_lost_hosts_place_in_the_hostfile(
     assert where == expected, job.report()
     sums = re.findall(r"rank \d+/\d+ round 1: allreduce sum (\d+) \(expected (\d+)\)", out)
     assert len(sums) == size and all(a == b for a, b in sums), job.report()
+    why = {
+        "sigkill": r"its marun's connection closed without a goodbye.*",
+        "sigterm": r"its marun was stopped by SIGTERM \(its pod deleted\)",
+    }[deletion]
     said = re.compile(
-        r"marun: node 1 \(\S+\) lost \(its marun's connection closed without a goodbye.*\); "
-        r"spare node 2 \(\S+\) takes its place in round 1"
+        rf"marun: node 1 \(\S+\) lost \({why}\); spare node 2 \(\S+\) takes its place in round 1"
     )
     assert said.search(out) and said.search(job.nodes[2].output), job.report()
     assert "marun: hostfile: place 1 is on " in out, job.report()
