@@ -32,24 +32,28 @@ def _left_behind(before: set[str]) -> set[str]:
     return left
 
 
-def test_mpi_allreduce_on_three_simulated_hosts(tmp_path: Path) -> None:
+def _simulate(tmp_path: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    """`marun simulate --mode mpi OPTIONS -- mpi_allreduce.py` under the mpi4py venv."""
     reason = available()
     if reason:
         pytest.skip(reason)
     python = framework_python("mpi")
-    before = _namespaces()
     script = tmp_path / "mpi_allreduce.py"
     script.write_text((EXAMPLES / "mpi_allreduce.py").read_text())
-    res = subprocess.run(
-        [str(python), "-m", "marun", "simulate", "--mode", "mpi", "--nodes", "3", "--devices",
-         "2", "--grace-period", "10", "--", script.name],
+    return subprocess.run(
+        [str(python), "-m", "marun", "simulate", "--mode", "mpi", *options, "--", script.name],
         capture_output=True,
         text=True,
         env=clean_env({"PATH": f"{python.parent}:{clean_env()['PATH']}"}),
         cwd=tmp_path,
         timeout=180,
         check=False,
-    )  # fmt: skip
+    )
+
+
+def test_mpi_allreduce_on_three_simulated_hosts(tmp_path: Path) -> None:
+    before = _namespaces()
+    res = _simulate(tmp_path, "--nodes", "3", "--devices", "2", "--grace-period", "10")
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     ranks = re.findall(r"rank (\d)/6 on (\S+): allreduce sum 21 \(expected 21\)", res.stdout)
     assert sorted(int(r) for r, _ in ranks) == list(range(6))
@@ -82,23 +86,12 @@ def test_mpi_allreduce_on_three_simulated_hosts(tmp_path: Path) -> None:
 def test_mpi_with_a_spare_ends_with_mpirun_and_the_spare_hears_it(tmp_path: Path) -> None:
     """3 simulated hosts, `--spares 1`: mpirun runs on hosts 0-1, host 2 waits with nothing
     started; when mpirun is done, host 1's sshd and the waiting spare end with it (exit 0)."""
-    reason = available()
-    if reason:
-        pytest.skip(reason)
-    python = framework_python("mpi")
     before = _namespaces()
-    script = tmp_path / "mpi_allreduce.py"
-    script.write_text((EXAMPLES / "mpi_allreduce.py").read_text())
-    res = subprocess.run(
-        [str(python), "-m", "marun", "simulate", "--mode", "mpi", "--nodes", "3", "--devices",
-         "1", "--max-restarts", "1", "--spares", "1", "--no-show-plan", "--", script.name],
-        capture_output=True,
-        text=True,
-        env=clean_env({"PATH": f"{python.parent}:{clean_env()['PATH']}"}),
-        cwd=tmp_path,
-        timeout=180,
-        check=False,
-    )  # fmt: skip
+    res = _simulate(
+        tmp_path,
+        *("--nodes", "3", "--devices", "1", "--max-restarts", "1", "--spares", "1"),
+        "--no-show-plan",
+    )
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-4000:]
     ranks = re.findall(r"rank (\d)/2 on (\S+): allreduce sum 3 \(expected 3\)", res.stdout)
