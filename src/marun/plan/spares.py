@@ -19,9 +19,9 @@ from marun.inputs.appended_args import AppendedArgs
 from marun.inputs.injected import TASK_INDEX_VARS, Platform
 
 # The modes whose places are planned from the node index, the node count and the hosts (what a
-# spare rewrites; node 0 is never replaced; in mpi mode node 0's hostfile names the spare's host
-# from the round's start on: marun.plan.place_hosts). The others are one line of bad input until
-# they are (docs/supervision.md, "Hot spares").
+# spare rewrites; node 0 is never replaced; node 0's MPI hostfile and every TF_CONFIG name the
+# spare's host from the round's start on: marun.plan.place_hosts). Ascend mode (a rank table) is
+# one line of bad input (docs/supervision.md, "Hot spares").
 SPARE_MODES = ("pytorch", "mindspore", "mpi", "tensorflow")
 
 
