@@ -32,9 +32,15 @@ def is_host_name(text: str) -> bool:
     return all(_LABEL.fullmatch(label) for label in name.split("."))
 
 
+def is_host(text: str) -> bool:
+    """A host name or an IP address (what may go where a host is named: MASTER_ADDR, a
+    hostfile, a TF_CONFIG)."""
+    return is_ip(text) or is_host_name(text)
+
+
 def check_host(what: str, text: str) -> str:
     """`text` when it is a host name or an IP address; one line of bad input otherwise."""
-    if not (is_ip(text) or is_host_name(text)):
+    if not is_host(text):
         raise bad_value(what, text, HOST_EXPECTED)
     return text
 

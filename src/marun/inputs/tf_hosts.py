@@ -42,6 +42,13 @@ def split_address(address: str) -> tuple[str, int] | None:
     return (host, number) if is_port(number) else None
 
 
+def moved(address: str, host: str) -> str | None:
+    """`HOST:PORT` `address` with `host` in place of its host, the port kept (hot spares: a
+    spare takes a place's port at its own host); None when `address` is not HOST:PORT."""
+    parts = split_address(address)
+    return None if parts is None else f"{host}:{parts[1]}"
+
+
 def parse_host_list(flag: str, raw: str) -> tuple[str, ...]:
     """The `HOST:PORT` entries of `raw`; `flag` names the value in the error message."""
     text = _unquote(raw)

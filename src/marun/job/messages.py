@@ -377,14 +377,13 @@ def _ports(value: object) -> dict[str, str]:
 def _hosts(value: object) -> tuple[tuple[int, str], ...]:
     """A start's places held by spares: only places and host names or addresses (they go into
     a hostfile and a TF_CONFIG)."""
-    from marun.inputs.hosts import is_host_name, is_ip
+    from marun.inputs.hosts import is_host
 
     if not isinstance(value, dict):
         return ()
     out = []
     for key, host in list(value.items())[:MAX_PLACE_HOSTS]:
-        named = isinstance(host, str) and (is_ip(host) or is_host_name(host))
-        if isinstance(key, str) and key.isdigit() and named:
+        if isinstance(key, str) and key.isdigit() and isinstance(host, str) and is_host(host):
             out.append((int(key), host))
     return tuple(sorted(out))
 

@@ -123,7 +123,7 @@ def substitute(job: JobState) -> None:
         lost_host = holder.host if holder is not None else "?"
         record = job.rounds[-1] if job.rounds else None
         # why it was lost: its own loss's reason, else the round's cause (a stop signal)
-        why = _why_lost(holder.lost_why if holder is not None and holder.lost_why else None)
+        why = _why_lost(holder.lost_why if holder is not None else None)
         why = why or _why_lost(record.cause.why if record and record.cause else None)
         if record is not None:
             record.substitutions.append(

@@ -120,9 +120,9 @@ def _rendezvous(platform: Platform) -> tuple[str, ...]:
 def _check_leader(mode: str, host: str) -> None:
     """Node 0's address, where every node's marun dials: a host name or an IP address. A rank
     table's placeholder `server_id` (the documents' `10.*.*.*`) is neither."""
-    from marun.inputs.hosts import is_host_name, is_ip
+    from marun.inputs.hosts import is_host
 
-    if not (is_ip(host) or is_host_name(host)):
+    if not is_host(host):
         raise bad_value(
             "node 0's address",
             host,

@@ -42,21 +42,21 @@ def _tf_config(text: str, hosts: Sequence[tuple[int, str]]) -> str:
     marun.plan.modes.tensorflow.tf_config)."""
     import json
 
-    from marun.inputs.tf_hosts import split_address
+    from marun.inputs.tf_hosts import moved
 
     config = json.loads(text)
     workers = config.get("cluster", {}).get("worker", [])
     for place, host in hosts:
-        address = split_address(workers[place]) if place < len(workers) else None
+        address = moved(workers[place], host) if place < len(workers) else None
         if address is not None:
-            workers[place] = f"{host}:{address[1]}"
+            workers[place] = address
     return json.dumps(config, separators=(",", ":"))
 
 
 def parse_place_hosts(text: str, places: int) -> dict[int, str]:
     """`MARUN_PLACE_HOSTS` as the leader reads it (places 1 .. places-1: node 0 is never
     replaced); one line of bad input for anything else."""
-    from marun.inputs.hosts import is_host_name, is_ip
+    from marun.inputs.hosts import is_host
 
     out: dict[int, str] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
@@ -66,7 +66,7 @@ def parse_place_hosts(text: str, places: int) -> dict[int, str]:
                 f"{PLACE_HOSTS_VAR}={text!r}: {item!r} is not PLACE=HOST with a place from 1 to "
                 f"{places - 1}"
             )
-        if not (is_ip(host) or is_host_name(host)):
+        if not is_host(host):
             raise InputError(
                 f"{PLACE_HOSTS_VAR}={text!r}: {host!r} is not a host name or an IP address"
             )

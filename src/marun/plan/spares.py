@@ -128,18 +128,13 @@ def as_place(platform: Platform, place: int, nodes: int) -> Platform:
         places[place] = hosts[platform.node_index()]
         env[f"VC_{task_key}_HOSTS"] = ",".join(places)
     appended = platform.appended
-    values = dict(appended.values)
-    if "rank" in values:
-        values["rank"] = str(place)
-    if "world_size" in values:
-        values["world_size"] = str(nodes)
     new = {"rank": str(place), "world_size": str(nodes)}
     workers = _tf_workers(platform, place, nodes)
     if workers is not None:
         new.update(task_index=str(place), worker_hosts=workers)
-        values.update({k: v for k, v in new.items() if k in values})
         if env.get("TF_WORKER_HOSTS", "").strip():
             env["TF_WORKER_HOSTS"] = workers
+    values = {k: new.get(k, v) for k, v in appended.values.items()}
     words = _rewritten(appended.words, new)
     return replace(platform, env=env, appended=AppendedArgs(values, words))
 
@@ -149,7 +144,7 @@ def _tf_workers(platform: Platform, place: int, nodes: int) -> str | None:
     that place's entry has (the others' entries as the platform listed them; each round's start
     tells every worker the host of each place a spare holds: marun.plan.place_hosts). None
     without the platform's cluster of workers."""
-    from marun.inputs.tf_hosts import split_address
+    from marun.inputs.tf_hosts import moved, split_address
     from marun.plan.modes.tensorflow import has_cluster, read_job
 
     if not has_cluster(platform):
@@ -158,9 +153,10 @@ def _tf_workers(platform: Platform, place: int, nodes: int) -> str | None:
     if place >= len(workers) or index >= len(workers):
         return None
     places = list(workers[:nodes])
-    own, at = split_address(workers[index]), split_address(workers[place])
-    if own is not None and at is not None:
-        places[place] = f"{own[0]}:{at[1]}"
+    own = split_address(workers[index])
+    address = moved(workers[place], own[0]) if own is not None else None
+    if address is not None:
+        places[place] = address
     return ",".join(places)
 
 

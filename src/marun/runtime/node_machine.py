@@ -168,7 +168,7 @@ class NodeMachine:
     def spec_of_round(self, spec: ProcessSpec) -> ProcessSpec:
         """The process as this round starts it."""
         spec = round_spec(spec, self.round, self.options.max_restarts, self.ports)
-        return with_place_hosts(spec, self.place_hosts) if self.place_hosts else spec
+        return with_place_hosts(spec, self.place_hosts)
 
     # -- the rules ----------------------------------------------------------------------------
 

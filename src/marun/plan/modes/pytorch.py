@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from marun.errors import InputError, bad_value
-from marun.inputs.hosts import is_host_name, is_ip
+from marun.inputs.hosts import is_host
 from marun.inputs.injected import Platform
 from marun.inputs.numbers import MAX_NODES, PORT_MAX, PORT_MIN, is_digits, is_port, parse_int
 from marun.plan.coordination import JobShape
@@ -55,7 +55,7 @@ def parse_init_method(raw: str | None) -> tuple[str, int]:
         host = host[1:-1]  # an IPv6 address; MASTER_ADDR takes it bare
     # The host becomes MASTER_ADDR and a NIC hint: a name or an address, nothing else
     # (`tcp://h:1:2` would make MASTER_ADDR `h:1`).
-    if not sep or not (is_ip(host) or is_host_name(host)):
+    if not sep or not is_host(host):
         raise bad_value("--init_method", raw, INIT_METHOD_FORM)
     if not is_digits(port) or len(port) > 5 or not is_port(int(port)):
         raise bad_value("--init_method", raw, INIT_METHOD_FORM)
@@ -95,7 +95,7 @@ def rendezvous_without_platform(platform: Platform) -> Rendezvous:
     if node_rank >= nodes:
         raise bad_value("--node-rank", node_rank, f"a node rank below --nnodes={nodes}")
     host = settings.master_addr or DEFAULT_MASTER_ADDR
-    if not (is_ip(host) or is_host_name(host)):
+    if not is_host(host):
         raise bad_value("--master-addr", host, "node 0's host name or IP address")
     if nodes > 1 and not settings.master_addr:
         raise bad_value(
