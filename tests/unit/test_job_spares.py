@@ -145,15 +145,22 @@ def test_every_start_names_the_places_spares_hold_and_their_hosts() -> None:
     assert (reminder.round, reminder.hosts) == (1, ((1, "h3"),))
 
 
-def test_mpi_a_spare_takes_daemons_only_and_the_job_ends_with_mpirun() -> None:
-    """mpi mode: node 0 runs mpirun, the other places sshd alone (daemons only). When mpirun
-    ends, the daemons and the spare that waits are told the job's end; a spare that took a
-    place runs that place's sshd, daemons only too."""
+def _mpi_started() -> Job:
+    """mpi mode's shape: node 0 runs mpirun, places 1-2 sshd alone (daemons only), node 3 a
+    spare (no processes yet: not daemons only)."""
     job = Job()
     job.hello(0)
     for node in (1, 2):
         job.hello(node, daemons=True)
-    job.hello(3)  # a spare: it has no processes yet (not daemons only)
+    job.hello(3)
+    return job
+
+
+def test_mpi_a_spare_takes_daemons_only_and_the_job_ends_with_mpirun() -> None:
+    """mpi mode: node 0 runs mpirun, the other places sshd alone (daemons only). When mpirun
+    ends, the daemons and the spare that waits are told the job's end; a spare that took a
+    place runs that place's sshd, daemons only too."""
+    job = _mpi_started()
     job.lose(1)
     job.say(0, Stopped(1))
     job.say(2, Stopped(1))
@@ -168,11 +175,7 @@ def test_mpi_a_spare_takes_daemons_only_and_the_job_ends_with_mpirun() -> None:
 
 
 def test_mpi_the_waiting_spare_hears_the_end_with_the_daemons() -> None:
-    job = Job()
-    job.hello(0)
-    for node in (1, 2):
-        job.hello(node, daemons=True)
-    job.hello(3)
+    job = _mpi_started()
     job.say(0, End("succeeded", 0))
     job.tick()
     assert job.broadcast(StopJob) == [StopJob(0, None)], job.out
