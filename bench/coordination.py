@@ -6,8 +6,9 @@ heartbeats with sequence numbers, start/stop) from asyncio loops in --procs work
 by default: one loop's 2 s time-outs were the harness's own bottleneck at 16,384 members), so
 the members' cost is not node 0's. A source whose protocol has relays (3, part 24: one
 connection per node, marun.job.relay) is met by light nodes: one connection a node carrying its
-S slots (a hello each, their heartbeats in one `beats` line, node 0's broadcasts once); an older
-source by one connection per member, as before. The last node is real: a real Relay and S real
+S slots (their hellos in one `hellos` line from protocol 5, a line each before; their heartbeats
+in one `beats` line; node 0's broadcasts once); an older source by one connection per member,
+as before. The last node is real: a real Relay and S real
 Members (marun.job.member.Member; one real Member of one slot for an older source) in a third
 process, whose own CPU is measured too. Everything runs on loopback; node n's members connect
 from 127.1.x.y (one address per node, as one pod each). Run sizes of 256 x 8 and more inside a
@@ -24,8 +25,8 @@ member's `stop`), node 0's RSS, and the real member's CPU share in steady state.
 member against the first size of the run (1.00 = linear in members). Nothing is asserted.
 
 BENCH_PROFILE=FILE: node 0's loop is profiled (cProfile, from 3 s to 23 s after the start) into
-FILE. The soft limit on open files is raised to the hard limit (each side holds one descriptor per
-member).
+FILE (the 30 costliest) and FILE.prof (all of it, for pstats). The soft limit on open files is
+raised to the hard limit (each side holds one descriptor per member).
 
     python bench/coordination.py                       # 64x1, 128x8
     python bench/coordination.py --sizes 1024x1,512x8,1024x8 --steady 10
@@ -122,6 +123,7 @@ if os.environ.get("BENCH_PROFILE"):  # node 0's loop profiled 3 s to 23 s after 
             elif "p" in state and "done" not in state and now - state["s"] > 20:
                 state["p"].disable()
                 state["done"] = 1
+                state["p"].dump_stats(os.environ["BENCH_PROFILE"] + ".prof")  # for pstats
                 with open(os.environ["BENCH_PROFILE"], "w") as out:
                     pstats.Stats(state["p"], stream=out).sort_stats("tottime").print_stats(30)
         return orig(self)
@@ -371,11 +373,15 @@ class LightNode(Light):
     welcomed: int = 0
 
     def hellos(self, host: str) -> None:
+        said = dict(host=host, daemons_only=False, instance=self.instance, leader=self.leader,
+                    started=bool(self.started), version=PROTOCOL)  # fmt: skip
+        if PROTOCOL >= 5:  # a relay's slots' hellos of one turn in one line (part 24, round 2)
+            self.send("hellos", nonce=self.mine,
+                      hellos=[{**said, "slot": slot} for slot in range(self.slots)])  # fmt: skip
+            return
         for slot in range(self.slots):
             self.slot = slot
-            self.send("hello", host=host, daemons_only=False, nonce=self.mine,
-                      instance=self.instance, leader=self.leader,
-                      started=bool(self.started), version=PROTOCOL)  # fmt: skip
+            self.send("hello", nonce=self.mine, **said)
         self.slot = 0
 
     def beat(self) -> None:

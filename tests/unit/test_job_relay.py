@@ -19,9 +19,9 @@ from marun.job.coordinator import Coordinator
 from marun.job.member import Member
 from marun.job.member_machine import MemberMachine, Push
 from marun.job.phases import MemberPhase
-from marun.job.protocol import PROTOCOL, LineBuffer, decode, encode, new_nonce
+from marun.job.protocol import PROTOCOL, LineBuffer, ProtocolError, decode, encode, new_nonce
 from marun.job.relay import Relay
-from marun.job.relay_side import BeatBook, beats_of, relay_address
+from marun.job.relay_side import BeatBook, HelloBatch, beats_of, hellos_of, relay_address
 from marun.plan.coordination import Coordination
 from marun.runtime.failure import Failure
 from marun.runtime.joblink import JobEvent
@@ -183,8 +183,8 @@ def test_the_member_machine_stops_once_when_its_relay_is_gone() -> None:
 
 def test_node_0_reads_a_beats_line_only_when_it_is_one() -> None:
     assert beats_of([[0, 1.5, None, None], [2, 0, 3.25, {"ranks": []}]], 3) == [
-        (0, {"idle": 1.5}),
-        (2, {"idle": 0, "cpu": 3.25, "progress": {"ranks": []}}),
+        (0, 1.5, None, None),
+        (2, 0.0, 3.25, {"ranks": []}),
     ]
     for bad in (
         {"x": 1},
@@ -198,6 +198,69 @@ def test_node_0_reads_a_beats_line_only_when_it_is_one() -> None:
     ):
         with pytest.raises(ValueError):
             beats_of(bad, 3)
+
+
+def _said(slot: int, **kw: object) -> dict[str, object]:
+    return {"slot": slot, "instance": f"i{slot}", "host": "h", "leader": "", "started": False,
+            "daemons_only": False, "version": PROTOCOL, **kw}  # fmt: skip
+
+
+def test_node_0_reads_a_hellos_line_only_when_it_is_one() -> None:
+    nonce = new_nonce()
+    line = {"job": JOB, "node": 1, "slot": 0, "type": "hellos", "nonce": nonce}
+    got = hellos_of({**line, "hellos": [_said(0), _said(2)]}, 3)
+    assert got == [
+        {**_said(s), "job": JOB, "node": 1, "nonce": nonce, "type": "hello"} for s in (0, 2)
+    ]
+    for bad in (
+        {"x": 1},
+        [],  # no hello
+        [_said(0), _said(1), _said(2), _said(0)],  # more hellos than slots
+        [_said(0), _said(0)],  # a slot twice
+        [_said(3)],  # a slot out of range
+        [_said(True)],  # type: ignore[arg-type]
+        [_said(0, started="yes")],
+        [_said(0, version=1.5)],
+        [[0, "h"]],
+    ):
+        with pytest.raises(ProtocolError):
+            hellos_of({**line, "hellos": bad}, 3)
+
+
+def test_a_nodes_hellos_of_one_turn_go_up_in_lines_of_at_most_eight() -> None:
+    batch, nonce = HelloBatch(), new_nonce()
+    assert batch.take(JOB, 2, nonce) == [] and not batch
+    for slot in range(10):
+        body = {"job": JOB, "node": 2, "type": "hello", "peer": "p", "seq": slot}
+        batch.add({**body, "nonce": new_nonce(), **_said(slot)})
+    lines = batch.take(JOB, 2, nonce)
+    assert not batch
+    assert [len(line["hellos"]) for line in lines] == [8, 2]
+    for line in lines:
+        assert {k: v for k, v in line.items() if k != "hellos"} == {
+            "job": JOB, "node": 2, "slot": 0, "type": "hellos", "nonce": nonce,
+        }  # fmt: skip
+    assert [h for line in lines for h in line["hellos"]] == [_said(s) for s in range(10)]
+
+
+def test_node_0_turns_away_a_hellos_line_that_is_not_one_and_takes_no_slot_of_it() -> None:
+    """A signed `hellos` line (the job's secret) naming a slot twice: one refusal, the node's
+    connection closed, no member taken."""
+    coord = Coordination(host="127.0.0.1", port=0, nodes=2, index=0, job=JOB, slots=SLOTS)
+    coordinator = Coordinator(coord, SECRET).start()
+    try:
+        port = coordinator.port.server.getsockname()[1]
+        sock = socket.create_connection(("127.0.0.1", port), timeout=GUARD)
+        challenge = decode(SECRET, JOB, sock.makefile("rb").readline())
+        body = {"job": JOB, "node": 1, "slot": 0, "type": "hellos", "nonce": new_nonce(),
+                "peer": challenge["nonce"], "seq": 0, "hellos": [_said(0), _said(0)]}  # fmt: skip
+        sock.sendall(encode(SECRET, body))
+        assert _lines(sock) == []  # closed, nothing said: the line was not one
+        sock.close()
+        assert coordinator.refused == 1
+        assert len(coordinator.members) == 0
+    finally:
+        coordinator.close(linger=0.0)
 
 
 def test_the_beats_line_ages_each_slots_idle_time_by_its_wait() -> None:

@@ -32,6 +32,17 @@ def test_a_template_line_is_encodes_message(body: dict[str, Any]) -> None:
         assert fresh(got, peer, seq - 1) == seq
 
 
+@pytest.mark.parametrize("body", BODIES)
+def test_a_template_line_for_one_slot_is_encodes_message_with_to(body: dict[str, Any]) -> None:
+    """One template for a relay's slots (their welcomes): each line names its slot (`to`)."""
+    peer, template = new_nonce(), Template(SECRET, {**body, "to": 7})  # (a `to` in it: ignored)
+    for to in (0, 5):
+        got = decode(SECRET, body["job"], template.line(peer, 3, to))
+        want = {**body, "peer": peer, "seq": 3, "to": to}
+        assert got == decode(SECRET, body["job"], encode(SECRET, want))
+    assert "to" not in decode(SECRET, body["job"], template.line(peer, 3))
+
+
 def test_a_template_line_answers_its_connection_only() -> None:
     body = BODIES[1]
     ours, theirs = new_nonce(), new_nonce()

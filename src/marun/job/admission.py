@@ -67,7 +67,8 @@ def hello(job: JobState, handle: Handle, address: str, msg: Hello) -> None:
         if old.conn is not None and old.conn != handle:
             job.actions.append(Drop(old.conn))
         old.conn = handle
-        old.last_seen, old.last_seen_wall = job.now, job.wall
+        job.members.seen(key, old, job.now, job.wall)
+        job.members.unlinked.discard(key)
         member = old
     else:
         member = _take_in(job, handle, address, msg)

@@ -1,14 +1,26 @@
 """Node 0's connections (marun.job.wire's `JobPort` keeps them): a `Conn` per socket, and on it
 a `Lane` per marun it carries: the handle the job machine knows a member by. A node's relay
-(marun.job.relay) brings its node's slots on one connection, a lane each."""
+(marun.job.relay) brings its node's slots on one connection, a lane each. And what node 0
+checks of every line on one (`checked_line`)."""
 
 from __future__ import annotations
 
 import socket
 import time
 from dataclasses import dataclass, field
+from typing import Any, Optional
 
-from marun.job.protocol import MAX_HELLO_LINE, LineBuffer, new_nonce
+from marun.job.protocol import (
+    MAX_HELLO_LINE,
+    LineBuffer,
+    ProtocolError,
+    decode,
+    fresh,
+    is_nonce,
+    new_nonce,
+)
+from marun.job.relay_side import beats_of, hellos_of
+from marun.plan.coordination import Coordination
 
 
 @dataclass(eq=False)
@@ -51,6 +63,10 @@ class Lane:
         return self.conn.address
 
 
+# a `beats` entry as node 0's coordinator takes it: the slot's lane, slot, idle, cpu, progress
+LaneBeat = tuple[Lane, int, float, Optional[float], Optional[dict[str, Any]]]
+
+
 def resolve_all(hosts: tuple[str, ...]) -> set[str]:
     """The addresses the job's hosts resolve to now (those that do)."""
     found: set[str] = set()
@@ -91,3 +107,27 @@ def has_bytes(sock: socket.socket) -> bool:
         return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
     except OSError:
         return False
+
+
+def checked_line(
+    secret: bytes, coord: Coordination, conn: Conn, line: bytes
+) -> tuple[dict[str, Any], list[Any]]:
+    """A line on `conn`: its body, checked (signed for this job, the connection's next, of the
+    connection's own node), and a relay's entries (a `beats` or `hellos` line's; else none);
+    ProtocolError or ValueError for anything else. A hello names the member's nonce (a relay's
+    every hello the same): node 0's lines on the connection name it."""
+    body = decode(secret, coord.job, line)
+    conn.seq_in = fresh(body, conn.nonce, conn.seq_in)
+    kind = body["type"]
+    if kind in ("hello", "hellos"):
+        if not is_nonce(body.get("nonce")):
+            raise ProtocolError("hello without a nonce")
+        if conn.peer_nonce is None:
+            conn.peer_nonce = str(body["nonce"])
+    if conn.node is not None and body["node"] != conn.node:
+        raise ProtocolError(f"a line of node {body['node']} on node {conn.node}'s connection")
+    if kind == "beats":
+        return body, beats_of(body.get("beats"), coord.slots)
+    if kind == "hellos":
+        return body, hellos_of(body, coord.slots)
+    return body, []

@@ -34,16 +34,18 @@ from marun.job.actions import (
     Bind,
     Broadcast,
     Drop,
+    Handle,
+    Key,
     Log,
     Refuse,
     Send,
     TurnAway,
     WriteReport,
 )
-from marun.job.conns import Conn, Lane
+from marun.job.conns import Conn, Lane, LaneBeat
 from marun.job.job_state import RoundRecord
 from marun.job.machine import STALL, JobMachine
-from marun.job.messages import Beat, Hello, StopJob, member_message
+from marun.job.messages import Beat, Hello, StopJob, beat_of, member_message
 from marun.job.phases import JobPhase
 from marun.job.protocol import new_nonce
 from marun.job.roster import Roster
@@ -52,7 +54,8 @@ from marun.plan.coordination import Coordination
 from marun.runtime.failure import Failure
 from marun.runtime.round_rule import RoundRule
 
-TICK_WALKS = 16384  # members the tick may walk a second (it walks all: lost nodes, the end)
+TICK_WALKS = 16384  # members the tick may walk a second (the hang watchdog's and a round's
+# barrier's walk every member; lost nodes and the end look at the silent and the pending alone)
 TICK_MOST = 2.0  # seconds between two ticks at most (lost nodes are found within a tick)
 
 
@@ -96,6 +99,7 @@ class Coordinator:
             on_line=self._line,
             on_closed=self._closed,
             on_beats=self._beats,
+            on_hellos=self._hellos,
         )
         # The tick walks every member (lost nodes, the end): after every batch of lines in a
         # small job, in a larger one as often as TICK_WALKS member visits a second allow: every
@@ -269,20 +273,29 @@ class Coordinator:
                 actions = self.machine.message(lane, key, str(body["type"]), msg, now, wall)
             self._apply(actions)
 
-    def _beats(self, beats: list[tuple[Lane, dict[str, Any]]]) -> None:
-        """A relay's `beats` line: each slot's heartbeat, under one take of the lock."""
+    def _hellos(self, hellos: list[tuple[Lane, dict[str, Any]]]) -> None:
+        """A relay's `hellos` line: its slots' hellos, taken at one time (their welcomes are one
+        message, encoded once: marun.job.wire)."""
         now, wall = time.monotonic(), time.time()
         with self._lock:
-            for lane, body in beats:
-                cpu = body.get("cpu")
-                if "progress" in body:
-                    msg = member_message(body)
-                else:  # (the common case, built at once: 1,638 a second at 4,096 x 8)
-                    msg = Beat(max(0.0, float(body["idle"])), None if cpu is None else float(cpu))
-                key = (body["node"], body["slot"])
-                actions = self.machine.message(lane, key, "hb", msg, now, wall)
-                if actions:
-                    self._apply(actions)
+            for lane, body in hellos:
+                msg = member_message(body)
+                if lane.conn not in self.port.conns or not isinstance(msg, Hello):
+                    return  # (dropped by the hello before)
+                self._apply(self.machine.hello(lane, lane.address, msg, now, wall))
+
+    def _beats(self, node: int, beats: list[LaneBeat]) -> None:
+        """A relay's `beats` line: each slot's heartbeat, in one call of the machine under one
+        take of the lock (1,638 a second at 4,096 x 8)."""
+        now, wall = time.monotonic(), time.time()
+        taken: list[tuple[Handle, Key, Beat]] = [
+            (lane, (node, slot), beat_of(idle, cpu, progress))
+            for lane, slot, idle, cpu, progress in beats
+        ]
+        with self._lock:
+            actions = self.machine.beats(taken, now, wall)
+            if actions:
+                self._apply(actions)
 
     def _closed(self, lane: Lane) -> None:
         self.machine.closed(lane, time.monotonic())

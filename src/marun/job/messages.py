@@ -158,6 +158,11 @@ def _progress(value: object) -> Any:
         return None
 
 
+def beat_of(idle: float, cpu: float | None, progress: object = None) -> Beat:
+    """An `hb` line's (or a `beats` entry's) heartbeat: idle, cpu, progress."""
+    return Beat(max(0.0, idle), cpu, None if progress is None else _progress(progress))
+
+
 def member_message(body: Mapping[str, Any]) -> MemberMessage | None:
     """The typed message of a decoded body (None: a type a member does not send; ValueError:
     a preflight report or link that is not one)."""
@@ -175,8 +180,8 @@ def member_message(body: Mapping[str, Any]) -> MemberMessage | None:
         )
     if kind == "hb":
         cpu = body.get("cpu")
-        idle = max(0.0, float(body.get("idle", 0.0)))
-        return Beat(idle, None if cpu is None else float(cpu), _progress(body.get("progress")))
+        idle = float(body.get("idle", 0.0))
+        return beat_of(idle, None if cpu is None else float(cpu), body.get("progress"))
     if kind == "failure":
         uptime, round_ = body.get("uptime"), body.get("round")
         return FailureSaid(

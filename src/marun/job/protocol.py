@@ -33,7 +33,8 @@ _MAC_HEX = 64  # HMAC-SHA256, in hex
 # none: version 1). Raise it with any change a marun of the version before would misread.
 # 3 (part 24): a node's slots reach node 0 through their node's relay (marun.job.relay), one
 # connection per node: lanes (`to`), `gone`, `drop` and `beats`. 4 (part 23): hot spares' `place`.
-PROTOCOL = 4
+# 5 (part 24): a relay's slots' hellos in one `hellos` line.
+PROTOCOL = 5
 
 # What each message's fields must be, beyond job/node/slot/type/peer/seq (every other field is
 # ignored). A signed line with a field of another type is refused like a forged one: without a
@@ -65,6 +66,7 @@ FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "gone": {},
     "drop": {},
     "beats": {"beats": (list,)},
+    "hellos": {"hellos": (list,), "nonce": (str,)},
 }  # fmt: skip
 # A line of node 0's for one slot behind a relay names it (`to`); a line without one is for
 # every slot the relay has that node 0 welcomed (a broadcast: one line per node, not per slot).
@@ -138,7 +140,13 @@ def decode(secret: bytes, job: str | None, line: bytes) -> dict[str, Any]:
         raise ProtocolError(f"job id {shown} is not this job's (another job's marun)")
     if not _is_int(body.get("node")) or not _is_int(body.get("slot")):
         raise ProtocolError("no node index")
-    kind = body["type"]
+    check_fields(body["type"], body)
+    return body
+
+
+def check_fields(kind: str, body: Mapping[str, Any]) -> None:
+    """ProtocolError unless `kind` is a message type and each of its fields in `body` has its
+    type."""
     fields = FIELDS.get(kind)
     if fields is None:
         raise ProtocolError(f"unknown message type {kind[:40]!r}")
@@ -146,7 +154,6 @@ def decode(secret: bytes, job: str | None, line: bytes) -> dict[str, Any]:
         if name in body and not _typed(body[name], types):
             wanted = "/".join(t.__name__ for t in types)
             raise ProtocolError(f"{kind}: field {name!r} is not {wanted}")
-    return body
 
 
 def _typed(value: object, types: tuple[type, ...]) -> bool:

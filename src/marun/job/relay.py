@@ -1,27 +1,19 @@
 """A node's relay: one connection per node to node 0 (docs/supervision.md, "One connection per
-node"). Where the platform starts marun once per device (Ascend, MindSpore: the node's `slots`),
-the node's slot 0 marun runs this thread; every marun of the node, slot 0's own included,
-connects to it on a local socket (`relay_address`), and it carries their lines to node 0 on one
-TCP connection and node 0's back: node 0 sees nodes, not processes.
-
-It ends each side's protocol (marun.job.protocol): a local connection opens with the relay's
-challenge, and each of its lines is checked (the job's secret and id, the connection's nonce and
-sequence) before it goes up, signed for the node's connection and naming its slot; each line of
-node 0's is checked likewise and signed for each local connection it goes to: the slot its `to`
-names, or (none: a broadcast, one line per node on the job port) every slot node 0 welcomed.
-The slots' heartbeats go up together, one `beats` line an interval. A slot that leaves is `gone`
-up; node 0's `drop` closes a slot's local connection. When the node's connection drops, every
-local one is closed (each marun says hello again, through the next); when slot 0's marun dies,
-node 0 finds the node lost and the other slots their relay gone (marun.job.member: they stop).
+node", says what it checks and hands on). Where the platform starts marun once per device, the
+node's slot 0 marun runs this thread; every marun of the node connects to it on a local socket
+(`relay_address`), and it carries their lines to node 0 on one TCP connection (their hellos of a
+turn in one `hellos` line, their heartbeats in one `beats` line an interval) and node 0's back,
+each line checked on one side and signed anew for the other: node 0 sees nodes, not processes.
+When the node's connection drops, every local one is closed (each marun says hello again,
+through the next); when slot 0's marun dies, node 0 finds the node lost and the other slots
+their relay gone (marun.job.member: they stop).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import random
 import selectors
-import socket
 import threading
 import time
 from typing import Any, Callable
@@ -32,7 +24,6 @@ from marun.job.limits import HELLO_WAIT, RefusalLog
 from marun.job.protocol import (
     MAX_LINE,
     PROTOCOL,
-    TO,
     ProtocolError,
     decode,
     encode,
@@ -40,16 +31,24 @@ from marun.job.protocol import (
     is_nonce,
     new_nonce,
 )
-from marun.job.relay_side import BeatBook, Side, forget, log_bug, relay_address
+from marun.job.relay_side import (
+    SLOT_SAYS,
+    BeatBook,
+    HelloBatch,
+    Side,
+    dial,
+    forget,
+    leader_line,
+    listen_local,
+    log_bug,
+    relay_address,
+    slot_refusal,
+)
 from marun.job.signing import Template
 from marun.plan.coordination import Coordination
 
 TICK = 0.2  # the relay's loop turns at least this often
 PENDING_LINES = 64  # a slot's lines held while the node has no connection to node 0
-# What a slot may say (its own messages); the relay's own (`beats`, `gone`) it may not.
-SLOT_SAYS = frozenset(
-    ("hello", "hb", "failure", "stopped", "running", "stacks", "end", "preflight", "link")
-)
 
 
 class Relay:
@@ -72,10 +71,7 @@ class Relay:
         self.instance = new_nonce()
         self.refusals = RefusalLog(self._log)
         self.sel = selectors.DefaultSelector()
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(self.address)  # OSError: another marun of this node has it
-        self._listener.listen(2 * coord.slots + 8)
-        self._listener.setblocking(False)
+        self._listener = listen_local(self.address, 2 * coord.slots + 8)
         self.sel.register(self._listener, selectors.EVENT_READ, None)
         self._locals: set[Side] = set()
         self._by_slot: dict[int, Side] = {}
@@ -88,6 +84,7 @@ class Relay:
         self._every = job_interval(coord)
         self._next_beats = time.monotonic() + random.uniform(0.0, self._every)
         self._beats = BeatBook()
+        self._hellos = HelloBatch()  # the slots' hellos of this turn, for one line
         self.tries = 0
         self.errors = 0
         self._said: set[str] = set()
@@ -131,9 +128,12 @@ class Relay:
                 self._up_event(side, mask)
             elif side in self._locals:
                 self._local_event(side, mask)
+        if self._hellos:
+            self._up_hellos()
         self._tick(time.monotonic())
 
     def _shutdown(self) -> None:
+        self._up_hellos()
         end = time.monotonic() + self._linger
         for side in [self._up, *self._locals]:
             if side is not None:
@@ -149,17 +149,9 @@ class Relay:
 
     def _connect(self) -> None:
         self.tries += 1
-        try:
-            info = socket.getaddrinfo(*self._target, socket.AF_INET, socket.SOCK_STREAM)
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        except OSError as exc:
-            self._up_failed(exc.strerror or str(exc))
-            return
-        sock.setblocking(False)
-        err = sock.connect_ex(info[0][4])
-        if err not in (0, errno.EINPROGRESS):
-            sock.close()
-            self._up_failed(errno.errorcode.get(err, str(err)))
+        sock = dial(self._target)
+        if isinstance(sock, str):
+            self._up_failed(sock)
             return
         self._up = Side(sock)
         self._up_ready = False
@@ -181,6 +173,7 @@ class Relay:
         hello again, through the next connection); at once when node 0 had welcomed the node
         (a blip), else after the back-off."""
         up, self._up = self._up, None
+        self._hellos.clear()  # (every slot says hello again, through the next connection)
         if up is not None:
             forget(self.sel, up)
         for side in list(self._locals):
@@ -193,13 +186,9 @@ class Relay:
 
     def _up_event(self, up: Side, mask: int) -> None:
         if not self._up_ready and mask & selectors.EVENT_WRITE and up.peer_nonce is None:
-            err = up.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-            if err:
-                self._up_failed(errno.errorcode.get(err, str(err)))
-                return
-            up.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self.sel.modify(up.sock, selectors.EVENT_READ, up)
-            up.peer_nonce = ""  # connected; its challenge next
+            why = up.connected(self.sel)  # (its challenge next)
+            if why is not None:
+                self._up_failed(why)
             return
         if mask & selectors.EVENT_WRITE:
             self._flush(up)
@@ -236,17 +225,14 @@ class Relay:
             held, side.pending = side.pending, []
             for body in held:
                 self._up_send(side, body)
+        self._up_hellos()
 
     def _from_leader(self, up: Side, line: bytes) -> None:
         if not self._up_ready:
             self._challenge(up, line)
             return
         try:
-            body = decode(self._secret, self.coord.job, line)
-            up.seq_in = fresh(body, up.nonce, up.seq_in)
-            to = body.pop(TO, None)
-            if to is not None and (not isinstance(to, int) or isinstance(to, bool)):
-                raise ProtocolError(f"{TO!r} is not a slot")
+            body, to = leader_line(self._secret, self.coord.job, up, line)
         except ProtocolError as exc:
             self._log("job_message_refused", "warning", source="leader", reason=str(exc))
             return
@@ -282,9 +268,27 @@ class Relay:
         up = self._up
         if up is None or not self._up_ready:
             return
-        out = {k: v for k, v in body.items() if k not in ("peer", "seq")}
-        if out["type"] == "hello":
-            out["nonce"] = up.nonce
+        if body["type"] == "hello":  # with the others of this turn, in one `hellos` line
+            self._hellos.add(body)
+            return
+        self._up_hellos()  # (a slot's hello before its next line)
+        self._up_signed({k: v for k, v in body.items() if k not in ("peer", "seq")})
+
+    def _up_hellos(self) -> None:
+        """The slots' hellos of this turn: node 0 takes them at one time and welcomes them with
+        one message (32,768 hellos at 4,096 x 8)."""
+        up = self._up
+        lines = self._hellos.take(
+            self.coord.job, self.coord.index, None if up is None else up.nonce
+        )
+        if up is not None and self._up_ready:
+            for body in lines:
+                self._up_signed(body)
+
+    def _up_signed(self, out: dict[str, Any]) -> None:
+        up = self._up
+        if up is None:
+            return
         out.update(peer=up.peer_nonce, seq=up.seq_out)
         up.seq_out += 1
         self._send(up, encode(self._secret, out))
@@ -305,11 +309,8 @@ class Relay:
             side = Side(sock)
             self._locals.add(side)
             self.sel.register(sock, selectors.EVENT_READ, side)
-            body = {"job": self.coord.job, "node": self.coord.leader, "slot": 0}
-            body.update(type="challenge", nonce=side.nonce, instance=self.instance)
-            body["version"] = PROTOCOL
-            self._send(side, Template(self._secret, body).line(None, 0))
-            side.seq_out = 1
+            said = {"nonce": side.nonce, "instance": self.instance, "version": PROTOCOL}
+            self._send(side, self._as_leader(side, "challenge", **said))
 
     def _local_event(self, side: Side, mask: int) -> None:
         if mask & selectors.EVENT_WRITE:
@@ -367,19 +368,12 @@ class Relay:
             self._close_local(side, tell=False)
             return
         side.peer_nonce = str(body["nonce"])
-        if node != coord.index or not 0 <= slot < coord.slots:
-            why = f"node {node} slot {slot} is not this node's (node {coord.index})"
+        other = self._by_slot.get(slot) if node == coord.index else None
+        why = slot_refusal(coord, body, None if other is None else other.instance)
+        if why is not None:
             self._turn_away(side, why)
             return
-        other = self._by_slot.get(slot)
         if other is not None:
-            if other.instance != body.get("instance"):
-                why = (
-                    f"node {node} slot {slot} is here already (its marun talks to this node's "
-                    "relay): this marun belongs to another job, or is one too many"
-                )
-                self._turn_away(side, why)
-                return
             self._close_local(other, tell=True)  # the same marun again: its old connection
         side.slot, side.instance = slot, str(body.get("instance", ""))
         side.buf.limit = MAX_LINE
@@ -404,11 +398,15 @@ class Relay:
 
     def _turn_away(self, side: Side, why: str) -> None:
         self._refuse(side, why)
-        body = {"job": self.coord.job, "node": self.coord.leader, "slot": 0}
-        body.update(type="refused", why=why)
         with contextlib.suppress(OSError):
-            side.sock.send(Template(self._secret, body).line(side.peer_nonce, side.seq_out))
+            side.sock.send(self._as_leader(side, "refused", why=why))
         self._close_local(side, tell=False)
+
+    def _as_leader(self, side: Side, kind: str, **said: object) -> bytes:
+        """A line of the relay's own to a slot, in node 0's voice (as from node 0's port)."""
+        body = {"job": self.coord.job, "node": self.coord.leader, "slot": 0, **said, "type": kind}
+        side.seq_out += 1
+        return Template(self._secret, body).line(side.peer_nonce, side.seq_out - 1)
 
     def _refuse(self, side: Side | None, why: str) -> None:
         slot = "?" if side is None or side.slot is None else side.slot

@@ -1,11 +1,15 @@
 """The relay's connections (marun.job.relay): a `Side` per socket (node 0's, or a slot's
 marun's), whose lines out never wait (what the socket does not take now waits in its buffer,
-bounded); the slots' heartbeats kept until the next `beats` line (`BeatBook`); and where a
-node's relay listens (`relay_address`); and node 0's reading of a `beats` line (`beats_of`)."""
+bounded); the slots' heartbeats kept until the next `beats` line (`BeatBook`) and their hellos
+until the turn's `hellos` line (`HelloBatch`); where a node's relay listens (`relay_address`,
+`listen_local`), how it reaches node 0 (`dial`), what it checks of a line of node 0's
+(`leader_line`) and of a slot's hello (`slot_refusal`); and node 0's reading of a `beats` and a
+`hellos` line (`beats_of`, `hellos_of`)."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import math
 import selectors
@@ -13,10 +17,19 @@ import socket
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from marun.job.limits import OUTPUT_LIMIT
-from marun.job.protocol import MAX_HELLO_LINE, LineBuffer, new_nonce
+from marun.job.protocol import (
+    MAX_HELLO_LINE,
+    TO,
+    LineBuffer,
+    ProtocolError,
+    check_fields,
+    decode,
+    fresh,
+    new_nonce,
+)
 from marun.plan.coordination import Coordination
 
 
@@ -87,6 +100,16 @@ class Side:
             sel.modify(self.sock, selectors.EVENT_READ, self)
         return True
 
+    def connected(self, sel: selectors.BaseSelector) -> str | None:
+        """A connection `dial` began is made (None: its lines may be read), or why not."""
+        err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            return errno.errorcode.get(err, str(err))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sel.modify(self.sock, selectors.EVENT_READ, self)
+        self.peer_nonce = ""  # (no challenge read yet)
+        return None
+
     def close_after(self, end: float) -> None:
         """What waits goes out, until monotonic `end` at most; then closed."""
         with contextlib.suppress(OSError):
@@ -138,12 +161,100 @@ class BeatBook:
         return entries
 
 
-def beats_of(value: object, slots: int) -> list[tuple[int, dict[str, Any]]]:
-    """A `beats` line's entries as (slot, an `hb` line's fields); ValueError for anything that is
+# What a slot may say (its own messages); the relay's own (`beats`, `gone`) it may not.
+SLOT_SAYS = frozenset(
+    ("hello", "hb", "failure", "stopped", "running", "stacks", "end", "preflight", "link")
+)
+HELLOS_MOST = 8  # hellos in one `hellos` line (a node's 8 devices; 16 in two lines)
+_SAID_ONCE = frozenset(("job", "node", "type", "peer", "seq", "nonce"))  # by a `hellos` line
+
+# a `beats` entry: slot, idle, cpu, progress (Optional: an alias is evaluated, on 3.9 too)
+SlotBeat = tuple[int, float, Optional[float], Optional[dict[str, Any]]]
+
+
+class HelloBatch:
+    """The slots' hellos since the last `hellos` line: taken as that line (or lines, at most
+    HELLOS_MOST hellos each), each hello less what the line says once for all."""
+
+    def __init__(self) -> None:
+        self._hellos: list[dict[str, Any]] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._hellos)
+
+    def add(self, body: dict[str, Any]) -> None:
+        self._hellos.append({k: v for k, v in body.items() if k not in _SAID_ONCE})
+
+    def clear(self) -> None:
+        self._hellos = []
+
+    def take(self, job: str, node: int, nonce: str | None) -> list[dict[str, Any]]:
+        hellos, self._hellos = self._hellos, []
+        line = {"job": job, "node": node, "slot": 0, "type": "hellos", "nonce": nonce}
+        return [
+            {**line, "hellos": hellos[i : i + HELLOS_MOST]}
+            for i in range(0, len(hellos), HELLOS_MOST)
+        ]
+
+
+def slot_refusal(coord: Coordination, hello: dict[str, Any], there: str | None) -> str | None:
+    """Why the relay turns a slot's hello away (None: it takes it): not this node's slot, or a
+    slot whose marun talks here already (`there`: its instance), from another marun."""
+    node, slot = hello["node"], hello["slot"]
+    if node != coord.index or not 0 <= slot < coord.slots:
+        return f"node {node} slot {slot} is not this node's (node {coord.index})"
+    if there is not None and there != hello.get("instance"):
+        return (
+            f"node {node} slot {slot} is here already (its marun talks to this node's relay): "
+            "this marun belongs to another job, or is one too many"
+        )
+    return None
+
+
+def leader_line(
+    secret: bytes, job: str, up: Side, line: bytes
+) -> tuple[dict[str, Any], int | None]:
+    """A line of node 0's on the node's connection `up`, checked (this job's, signed, the
+    connection's next), and the slot it is for (`to`; None: every slot node 0 welcomed);
+    ProtocolError for anything else."""
+    body = decode(secret, job, line)
+    up.seq_in = fresh(body, up.nonce, up.seq_in)
+    to = body.pop(TO, None)
+    if to is not None and (not isinstance(to, int) or isinstance(to, bool)):
+        raise ProtocolError(f"{TO!r} is not a slot")
+    return body, to
+
+
+def listen_local(address: str, backlog: int) -> socket.socket:
+    """The relay's local socket, listening (OSError: another marun of this node has it)."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(address)
+    listener.listen(backlog)
+    listener.setblocking(False)
+    return listener
+
+
+def dial(target: tuple[str, int]) -> socket.socket | str:
+    """A TCP connection to `target` begun (not waited for), or why none could be."""
+    try:
+        info = socket.getaddrinfo(*target, socket.AF_INET, socket.SOCK_STREAM)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    sock.setblocking(False)
+    err = sock.connect_ex(info[0][4])
+    if err not in (0, errno.EINPROGRESS):
+        sock.close()
+        return errno.errorcode.get(err, str(err))
+    return sock
+
+
+def beats_of(value: object, slots: int) -> list[SlotBeat]:
+    """A `beats` line's entries as (slot, idle, cpu, progress); ValueError for anything that is
     not one (node 0 refuses the line): at most `slots` entries, each [slot, idle, cpu, progress]."""
     if not isinstance(value, list) or len(value) > slots:
         raise ValueError("beats: not a list of at most one entry per slot")
-    out = []
+    out: list[SlotBeat] = []
     for entry in value:
         if not isinstance(entry, list) or len(entry) != 4:
             raise ValueError("beats: an entry is not [slot, idle, cpu, progress]")
@@ -154,12 +265,28 @@ def beats_of(value: object, slots: int) -> list[tuple[int, dict[str, Any]]]:
             raise ValueError("beats: idle or cpu is not a number")
         if not (progress is None or isinstance(progress, dict)):
             raise ValueError("beats: progress is not an object")
-        fields: dict[str, Any] = {"idle": idle}
-        if cpu is not None:
-            fields["cpu"] = cpu
-        if progress is not None:
-            fields["progress"] = progress
-        out.append((slot, fields))
+        out.append((slot, float(idle), None if cpu is None else float(cpu), progress))
+    return out
+
+
+def hellos_of(body: dict[str, Any], slots: int) -> list[dict[str, Any]]:
+    """A `hellos` line's hellos, each as the `hello` line of its slot would be (the line's job,
+    node and nonce); ProtocolError for anything that is not one (node 0 refuses the line)."""
+    items = body.get("hellos")
+    if not isinstance(items, list) or not 0 < len(items) <= min(slots, HELLOS_MOST):
+        raise ProtocolError(f"hellos: not a list of 1 to {min(slots, HELLOS_MOST)} hellos")
+    out, seen = [], set()
+    for item in items:
+        if not isinstance(item, dict):
+            raise ProtocolError("hellos: an entry is not an object")
+        slot = item.get("slot")
+        if not isinstance(slot, int) or not _is_int(slot) or not 0 <= slot < slots or slot in seen:
+            raise ProtocolError("hellos: a slot out of range, or twice")
+        seen.add(slot)
+        hello = {**item, "job": body["job"], "node": body["node"], "nonce": body["nonce"]}
+        hello["type"] = "hello"
+        check_fields("hello", hello)
+        out.append(hello)
     return out
 
 

@@ -146,9 +146,9 @@ def _start(job: JobState) -> None:
     job.rounds[-1].stopped_at = job.wall
     moved = round_ports(job.ports, tuple(job.ports), job.round, avoid=job.coord.port)
     job.round_ports = {k: int(v) for k, v in moved.items()}
-    for member in job.members.values():
+    for key, member in job.members.items():
         member.idle = 0.0
-        member.last_seen = job.now  # a node's silence counts from the round's start
+        job.members.seen(key, member, job.now)  # a node's silence counts from the round's start
     job.enter(JobPhase.RUNNING)  # the cycle's way back (marun.job.phases)
     job.log("job_round_start", round=job.round, ports=job.round_ports)
     spares.send_start(job, start_of_round(job))

@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from marun.job.conns import AllowedHosts, Conn, Lane, has_bytes
+from marun.job.conns import AllowedHosts, Conn, Lane, LaneBeat, checked_line, has_bytes
 from marun.job.limits import (
     ACCEPTS_PER_WAKE,
     HELLO_WAIT,
@@ -37,16 +37,13 @@ from marun.job.messages import (
     LeaderBeat,
     LeaderMessage,
     Refused,
+    Welcome,
 )
 from marun.job.protocol import (
     MAX_LINE,
     PROTOCOL,
     ProtocolError,
-    decode,
-    fresh,
-    is_nonce,
 )
-from marun.job.relay_side import beats_of
 from marun.job.signing import Template
 from marun.plan.coordination import Coordination
 
@@ -69,7 +66,8 @@ class JobPort:
         log: Callable[..., None],
         on_line: Callable[[Lane, dict[str, Any]], None],
         on_closed: Callable[[Lane], None],
-        on_beats: Callable[[list[tuple[Lane, dict[str, Any]]]], None] | None = None,
+        on_beats: Callable[[int, list[LaneBeat]], None],
+        on_hellos: Callable[[list[tuple[Lane, dict[str, Any]]]], None],
     ) -> None:
         self.coord = coord
         self._secret = secret
@@ -77,7 +75,8 @@ class JobPort:
         self.hb_every = hb_every  # both sides' heartbeat interval (marun.job.heartbeat)
         self._on_line = on_line
         self._on_closed = on_closed
-        self._on_beats = on_beats  # a relay's `beats` line at once (else as `hb` lines)
+        self._on_beats = on_beats  # a relay's `beats` line (its slots' heartbeats) at once
+        self._on_hellos = on_hellos  # a relay's `hellos` line (its slots' hellos) at once
         self.relayed = coord.slots > 1  # every connection is a node's relay (marun.job.relay)
         self._corked: Conn | None = None  # the connection being read (its replies wait)
         self.sel = selectors.DefaultSelector()
@@ -96,6 +95,7 @@ class JobPort:
         self._beats: list[tuple[float, int, Conn]] = []
         self._beat_order = itertools.count()
         self._hb_line = self.template(LeaderBeat())
+        self._welcome: tuple[Welcome, Template] | None = None  # the last welcome's template
         self._address_allowed = AllowedHosts(coord.hosts)
 
     @property
@@ -194,39 +194,20 @@ class JobPort:
             if conn not in self.conns or conn.closing:
                 return  # dropped, or turned away, by the line before
             try:
-                body = decode(self._secret, self.coord.job, line)
-                conn.seq_in = fresh(body, conn.nonce, conn.seq_in)
-                if body["type"] == "hello":
-                    if not is_nonce(body.get("nonce")):
-                        raise ProtocolError("hello without a nonce")
-                    if conn.peer_nonce is None:  # (a relay's every hello names the same)
-                        conn.peer_nonce = str(body["nonce"])
-                if conn.node is not None and body["node"] != conn.node:
-                    raise ProtocolError(
-                        f"a line of node {body['node']} on node {conn.node}'s connection"
-                    )
-                if body["type"] == "beats":
-                    beats = beats_of(body.get("beats"), self.coord.slots)
+                body, entries = checked_line(self._secret, self.coord, conn, line)
             except (ProtocolError, ValueError) as exc:
                 self.refuse(conn, str(exc))
                 self.drop(conn)
                 return
-            kind, slot = body["type"], body["slot"]
+            kind = body["type"]
             if kind == "gone":
-                self._gone(conn, slot)
+                self._gone(conn, body["slot"])
+            elif kind == "hellos":
+                self._on_hellos([(self._lane(conn, hello["slot"]), hello) for hello in entries])
             elif kind == "beats":
-                hbs = []
-                for beat_slot, fields in beats:
-                    hb = {"job": body["job"], "node": body["node"], "slot": beat_slot}
-                    hb.update(fields, type="hb")
-                    hbs.append((self._lane(conn, beat_slot), hb))
-                if self._on_beats is not None:
-                    self._on_beats(hbs)
-                else:
-                    for lane, hb in hbs:
-                        self._on_line(lane, hb)
+                self._on_beats(body["node"], [(self._lane(conn, b[0]), *b) for b in entries])
             else:
-                self._on_line(self._lane(conn, slot), body)
+                self._on_line(self._lane(conn, body["slot"]), body)
 
     def _lane(self, conn: Conn, slot: int) -> Lane:
         """The lane of `slot` on `conn`, new or kept (kept for a slot of the job only)."""
@@ -320,10 +301,22 @@ class JobPort:
     # -- sending ----------------------------------------------------------------------------
 
     def send_conn(
-        self, conn: Conn, message: LeaderMessage | Challenge, **protocol: str | int
+        self,
+        conn: Conn,
+        message: LeaderMessage | Challenge,
+        *,
+        to: int | None = None,
+        nonce: str | None = None,
     ) -> None:
-        """(`protocol`: the challenge's nonce, a relayed slot's `to`)"""
-        self.send_signed(conn, self.template(message, **protocol))
+        """(`to`: the slot behind a relay; `nonce`: the challenge's)"""
+        if isinstance(message, Welcome):
+            # a relay's hellos are welcomed together, with one message (one clock)
+            if self._welcome is None or self._welcome[0] != message:
+                self._welcome = (message, self.template(message))
+            template = self._welcome[1]
+        else:
+            template = self.template(message, **({} if nonce is None else {"nonce": nonce}))
+        self.send_signed(conn, template, to)
 
     def template(self, message: LeaderMessage | Challenge, **protocol: str | int) -> Template:
         """A message as a line to sign for each connection (encoded once for many)."""
@@ -331,14 +324,14 @@ class JobPort:
         body.update(message.to_wire(), **protocol, type=message.KIND)
         return Template(self._secret, body)
 
-    def send_signed(self, conn: Conn, template: Template) -> None:
+    def send_signed(self, conn: Conn, template: Template, to: int | None = None) -> None:
         """Sign a line for this connection (its nonce, its next sequence number) and hand it to
         the socket; what the socket does not take now waits in `conn.out` for the selector.
         Never waits: a member that reads nothing is dropped (OUTPUT_LIMIT, SLOW_READER), as a
         slow reader was when sends blocked for up to 2 s."""
         if conn not in self.conns or conn.closing:
             return
-        line = template.line(conn.peer_nonce, conn.seq_out)
+        line = template.line(conn.peer_nonce, conn.seq_out, to)
         conn.seq_out += 1
         now = time.monotonic()
         conn.last_out = now
