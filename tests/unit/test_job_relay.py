@@ -218,7 +218,7 @@ def test_node_0_reads_a_hellos_line_only_when_it_is_one() -> None:
         [_said(0), _said(1), _said(2), _said(0)],  # more hellos than slots
         [_said(0), _said(0)],  # a slot twice
         [_said(3)],  # a slot out of range
-        [_said(True)],  # type: ignore[arg-type]
+        [_said(True)],  # (a bool is not a slot)
         [_said(0, started="yes")],
         [_said(0, version=1.5)],
         [[0, "h"]],
@@ -241,6 +241,49 @@ def test_a_nodes_hellos_of_one_turn_go_up_in_lines_of_at_most_eight() -> None:
             "job": JOB, "node": 2, "slot": 0, "type": "hellos", "nonce": nonce,
         }  # fmt: skip
     assert [h for line in lines for h in line["hellos"]] == [_said(s) for s in range(10)]
+
+
+def test_the_slots_that_said_hello_before_node_0_answered_go_up_in_one_hellos_line() -> None:
+    """Node 0's marun is slow to answer (its pod starts last): the node's relay holds its
+    slots' hellos, and once node 0's challenge comes they go up as one line, each slot's hello
+    in it."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    node = Coordination(host="127.0.0.1", port=port, nodes=2, index=1, job=JOB, slots=SLOTS)
+    relay = Relay(node, SECRET, "127.0.0.1")
+    relay._wait = GUARD  # its first try waits for the challenge as long as the test may take
+    relay.start()
+    members = [Member(replace(node, slot=slot), SECRET, "127.0.0.1") for slot in range(SLOTS)]
+    try:
+        server.settimeout(GUARD)
+        up, _ = server.accept()  # (the relay's try; not answered yet)
+        up.settimeout(GUARD)
+        end = time.monotonic() + GUARD
+        while sum(len(side.pending) for side in relay._locals) < SLOTS:  # every slot's hello
+            assert time.monotonic() < end, "the slots say hello to their relay"
+            for member in members:
+                member.poll()
+            time.sleep(0.02)
+        challenge = {"job": JOB, "node": 0, "slot": 0, "type": "challenge",
+                     "nonce": new_nonce(), "instance": new_nonce(), "version": PROTOCOL,
+                     "seq": 0, "peer": None}  # fmt: skip
+        up.sendall(encode(SECRET, challenge))
+        buf: list[bytes] = []
+        lines = LineBuffer()
+        while not buf:
+            data = up.recv(1 << 16)
+            assert data, "the relay kept its connection"
+            buf = lines.feed(data)
+        said = decode(SECRET, JOB, buf[0])
+        assert said["type"] == "hellos" and said["node"] == 1 and said["seq"] == 0
+        assert sorted(h["slot"] for h in said["hellos"]) == list(range(SLOTS))
+        assert {h["instance"] for h in said["hellos"]} == {m.instance for m in members}
+        up.close()
+    finally:
+        for member in members:
+            member.close()
+        relay.close(linger=0.0)
+        server.close()
 
 
 def test_node_0_turns_away_a_hellos_line_that_is_not_one_and_takes_no_slot_of_it() -> None:
