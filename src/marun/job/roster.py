@@ -113,15 +113,17 @@ class Roster(MutableMapping[Key, MemberState]):
         """The keys of the members not ended that were last heard over `limit` seconds before
         `now`, in no particular order; it looks at those and at the ended (whose keys it lets
         go of until they are heard again), and stops at the first member heard since."""
-        heard, members, out = self._heard, self._members, []
-        for key in list(heard):
+        heard, members, out, gone = self._heard, self._members, [], []
+        for key in heard:  # (not copied: 32,768 keys; the ended are let go of after)
             member = members.get(key)
             if member is None or member.ended is not None:
-                del heard[key]
-                continue
-            if now - member.last_seen <= limit:
+                gone.append(key)
+            elif now - member.last_seen <= limit:
                 break
-            out.append(key)
+            else:
+                out.append(key)
+        for key in gone:
+            del heard[key]
         return out
 
     def node_complete(self, node: int) -> bool:
