@@ -101,7 +101,8 @@ class Coordinator:
             on_beats=self._beats,
             on_hellos=self._hellos,
         )
-        # The tick walks every member (lost nodes, the end): after every batch of lines in a
+        # The tick may walk every member (the hang watchdog, a round's barrier; lost nodes and
+        # the end look at the silent and the pending alone): after every batch of lines in a
         # small job, in a larger one as often as TICK_WALKS member visits a second allow: every
         # 0.5 s at 8,192 marun processes, every 2 s at 32,768 (12 ms a walk here). The port's
         # part (hello time-outs, slow readers, node 0's heartbeats due) runs every TICK.
