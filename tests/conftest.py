@@ -9,6 +9,7 @@ missing install can never pass silently.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -32,6 +33,16 @@ _PLATFORM_PREFIXES = ("MA_", "VC_", "VK_", "RANK", "ASCEND_", "DEVICE_ID", "MS_"
 # tests/e2e/test_preflight_netns.py).
 STRICT_PHASES = {"MARUN_STRICT_PHASES": "1", "MARUN_PREFLIGHT": "off"}
 os.environ.update(STRICT_PHASES)
+
+# The tests send stop signals to maruns as a user's ^C, a terminal's hangup or the platform
+# would, and a marun keeps a stop signal ignored by whoever started it (marun.runtime.signals):
+# a suite started in the background by a non-interactive shell (`cmd &`: SIGINT and SIGQUIT
+# ignored) or under `nohup` (SIGHUP) would pass that on to every marun it starts, and a test of
+# a ^C would wait for nothing. The suite starts from the usual dispositions, however it is run.
+for _signum in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
+    if signal.getsignal(_signum) is signal.SIG_IGN:
+        _usual = signal.default_int_handler if _signum == signal.SIGINT else signal.SIG_DFL
+        signal.signal(_signum, _usual)
 
 
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -330,6 +330,31 @@ def test_a_stopping_signal_is_relayed_and_marun_exits_128_plus_n(
         assert {p["signal"] for p in rec["processes"]} == {signum.name}
 
 
+def test_under_nohup_a_hangup_changes_nothing_and_sigterm_still_stops_the_job(
+    tmp_path: Path,
+) -> None:
+    """`nohup marun run ...`: SIGHUP stays ignored in every phase (not only before the ranks
+    start), so the hangup to marun while its ranks run ends nothing; SIGTERM still stops the
+    job, 143."""
+    with open(tmp_path / "stdout", "w") as out, open(tmp_path / "stderr", "w") as err:
+        marun = subprocess.Popen(
+            ["nohup", sys.executable, "-m", "marun", *pytorch_args(2, ["*=sleep"])],
+            env=clean_env(worker_env(tmp_path)), cwd=str(tmp_path), stdout=out, stderr=err,
+        )  # fmt: skip
+    try:
+        wait_until(lambda: ready(tmp_path, ["0", "1"]), "both ranks")
+        marun.send_signal(signal.SIGHUP)
+        with pytest.raises(subprocess.TimeoutExpired):
+            marun.wait(timeout=2)  # (it would end at once if it took the hangup)
+        marun.send_signal(signal.SIGTERM)
+        assert marun.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        marun.kill()
+    rec = result(tmp_path)
+    assert rec["signal"] == "SIGTERM"
+    assert all(p["stopped_by"] == "SIGTERM" for p in rec["processes"])
+
+
 def test_sigusr1_is_only_relayed(tmp_path: Path) -> None:
     marun = start_marun(pytorch_args(3, ["*=usr1"]), worker_env(tmp_path), tmp_path)
     try:

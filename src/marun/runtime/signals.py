@@ -6,7 +6,7 @@ marun's processes (the supervisor, MPI's leader) catch them.
 - How a signal becomes an exit code (128+N) is `marun.exit_codes.signal_exit`'s, with the job's
   other exit codes.
 - `install(signums, handler)` is the only place a handler is set; it returns what it replaced,
-  for `restore`.
+  for `restore`. A stop signal ignored by whoever started marun stays ignored (`heeded`).
 - Three ways to hear a signal, all through `install`: `SignalPipe` for the supervisor's select
   loop, `StopFlag` for the MPI leader's threads and poll loops, and `interruptible()` for one
   blocking wait of the main thread (the supervisor's wait for the rest of the job at its end).
@@ -56,6 +56,14 @@ def install(signums: Iterable[int], handler: Handler) -> dict[int, _Previous]:
     return {int(s): signal.signal(s, handler) for s in signums}
 
 
+def heeded(signums: Iterable[int]) -> list[int]:
+    """The stop signals not ignored by whoever started marun: `nohup` ignores SIGHUP, a
+    non-interactive shell's `marun ... &` SIGINT and SIGQUIT. Those stay ignored all the way, as
+    marun.runtime.early_signals keeps them before the supervisor: a hangup never ends a job
+    started under nohup, whichever phase it comes in."""
+    return [s for s in signums if signal.getsignal(s) is not signal.SIG_IGN]
+
+
 def restore(previous: Mapping[int, _Previous]) -> None:
     for signum, handler in previous.items():
         signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
@@ -69,7 +77,7 @@ class StopFlag:
     def __init__(self) -> None:
         self.received: int | None = None
         self.event = threading.Event()
-        install(STOP, self._stop)
+        install(heeded(STOP), self._stop)
         install(PASS_ON, _record_only)
 
     def _stop(self, signum: int, frame: FrameType | None) -> None:
@@ -102,7 +110,7 @@ class SignalPipe:
         # A full pipe only means the loop is already due to wake: losing a byte of SIGCHLD is
         # harmless because every wake-up reaps everything there is.
         self._old_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
-        self._previous = install((*RELAYED, signal.SIGCHLD), _record_only)
+        self._previous = install((*heeded(STOP), *PASS_ON, signal.SIGCHLD), _record_only)
         return self
 
     def fileno(self) -> int:
@@ -147,7 +155,7 @@ def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
 def interruptible() -> Iterator[None]:
     """The stop signals end a blocking wait in the main thread by raising `Interrupted` (even as
     PID 1, where a signal without a handler is ignored); the handlers before it come back."""
-    previous = install(STOP, _raise_interrupted)
+    previous = install(heeded(STOP), _raise_interrupted)
     try:
         yield
     finally:
