@@ -58,7 +58,7 @@ sys.path.insert(
     0, os.environ.get("MARUN_BENCH_SRC", str(Path(__file__).resolve().parents[1] / "src"))
 )
 from marun.job.protocol import PROTOCOL, ProtocolError, decode, encode, fresh, new_nonce
-from marun.sim.simulate import free_port
+from marun.sim.ports import free_port
 
 try:  # the job's heartbeat interval (part 15); a source from before it: one a second
     from marun.job import heartbeat as _heartbeat

@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Row, bench_env, load_note, pct, print_rows
 
-from marun.sim.simulate import free_port
+from marun.sim.ports import free_port
 
 RANK = r"""
 import json, os, subprocess, sys, time

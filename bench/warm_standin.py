@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Row, bench_env, load_note, pct, print_rows
 
-from marun.sim.simulate import free_port
+from marun.sim.ports import free_port
 
 HEAVY = "import os, time\ntime.sleep(float(os.environ['BENCH_IMPORT_SECONDS']))\n"
 RANK = r"""

@@ -31,7 +31,7 @@ fi
 
 # The slow lane's setup and its CPU-only tests overlap the fast lane (a full run only): the
 # framework venvs install (mostly unpacking wheels: disk), and the two tests that only spend CPU
-# (no network namespace, no fixed port, no framework, nothing timed: the interleavings' thousands
+# (no network namespace, no framework, nothing timed, ports of their own: the interleavings' thousands
 # and the bad-input corpus, one case at a time) run in one background pytest, one core's worth,
 # with its own temporary directory (its log: .cache/cpu-tests.log; joined at the end). The fast
 # lane's pytest is one process: the machine's second core is otherwise idle while it runs.
@@ -42,6 +42,13 @@ CPU_TESTS=(tests/cli/test_job_interleavings_many.py tests/cli/test_bad_input_cor
 # Once the framework venvs are there: the commands of the docs and of `--help`, run as written
 # (simulated jobs of every engine; nothing timed), in a second background pytest.
 DOCS_TESTS=(tests/cli/test_docs_commands.py tests/cli/test_help_examples.py)
+# The lanes run side by side on one loopback, and each binds ports it chose free a moment before
+# (the corpus's sshd and scheduler ports, for minutes; the docs' simulated jobs; the slow lane's
+# rendezvous ports): each chooses from a range of its own (marun.sim.ports, MARUN_SIM_PORTS), so
+# that no lane binds or dials a port another chose. The slow lane and the benches keep the
+# default range (10000 up to the ephemeral range); these two are below it.
+CPU_PORTS=6000-7999
+DOCS_PORTS=8200-9999
 if [ "$fast_only" = 0 ]; then
   mkdir -p .cache
   echo "[test] slow lane: the framework venvs, in the background (log: .cache/frameworks.log)"
@@ -49,7 +56,7 @@ if [ "$fast_only" = 0 ]; then
   frameworks_pid=$!
   if [ $# -eq 0 ]; then
     echo "[test] slow lane: ${CPU_TESTS[*]}, in the background (log: .cache/cpu-tests.log)"
-    MARUN_CORPUS_SLOTS=1 .venv/bin/pytest -p no:cacheprovider --basetemp=/tmp/marun-cpu-tests \
+    MARUN_CORPUS_SLOTS=1 MARUN_SIM_PORTS=$CPU_PORTS .venv/bin/pytest -p no:cacheprovider --basetemp=/tmp/marun-cpu-tests \
       --durations=5 "${CPU_TESTS[@]}" > .cache/cpu-tests.log 2>&1 &
     cpu_pid=$!
   fi
@@ -87,7 +94,7 @@ cat .cache/frameworks.log
 echo "[test] waited $((SECONDS - frameworks_started)) s for the framework venvs"
 if [ -n "$cpu_pid" ]; then
   echo "[test] slow lane: ${DOCS_TESTS[*]}, in the background (log: .cache/docs-tests.log)"
-  .venv/bin/pytest -p no:cacheprovider --basetemp=/tmp/marun-docs-tests --durations=5 \
+  MARUN_SIM_PORTS=$DOCS_PORTS .venv/bin/pytest -p no:cacheprovider --basetemp=/tmp/marun-docs-tests --durations=5 \
     "${DOCS_TESTS[@]}" > .cache/docs-tests.log 2>&1 &
   docs_pid=$!
 fi

@@ -170,8 +170,9 @@ def run_marun(
 def free_port() -> int:
     """A port free now on every address and outside the kernel's ephemeral range (32768-60999
     here), for a test whose marun binds it later, maybe again and again for minutes
-    (marun.sim.simulate.free_port says why)."""
-    from marun.sim.simulate import free_port as choose
+    (marun.sim.ports.free_port says why); from MARUN_SIM_PORTS's range when set: scripts/test.sh
+    gives each lane that runs beside another a range of its own."""
+    from marun.sim.ports import free_port as choose
 
     return choose("")
 

@@ -23,52 +23,16 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from marun.errors import InputError, bad_value
 from marun.inputs.injected import Platform
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
+from marun.sim.ports import free_port
 from marun.sim.shared import JOB, outer_supervision, script_words
 
 SIM_MODES = ("pytorch", "mindspore", "tensorflow", "ascend")
-
-
-# Ports the simulated job binds (rendezvous, scheduler, TF servers, the job's coordination) are
-# chosen free on loopback here and bound later by the nodes. bind(0) would give one from the
-# kernel's ephemeral range, where any outgoing connection in between (the nodes' own, to the
-# job port) may take it as its local end; one from below that range is taken only by a listener.
-_LOW_PORT = 10000
-
-
-def _ephemeral_start() -> int:
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
-            return int(fh.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768  # Linux's default
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port free on `host` now ("": every address), below the kernel's ephemeral range where
-    there is room (else any): a port from that range (what bind(0) gives) can be taken meanwhile
-    as the local end of any outgoing connection, and a fixed default by anything else. The one
-    chooser of a port that a marun binds later (simulate, the tests, the benches)."""
-    import random
-
-    top = _ephemeral_start()
-    for _ in range(100 if top - _LOW_PORT >= 1000 else 0):
-        port = random.randrange(_LOW_PORT, top)
-        with socket.socket() as sock:
-            try:
-                sock.bind((host, port))
-            except OSError:
-                continue
-            return port
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass(frozen=True)
