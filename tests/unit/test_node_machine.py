@@ -120,3 +120,31 @@ def test_node_0_s_stop_while_arriving_ends_the_node_with_the_job_s_code() -> Non
     assert m.job_stop is not None and m.job_stop.failure is not None
     m.tick(2.0, False)
     assert m.finished()
+
+
+def test_a_rank_that_fails_in_the_stop_of_a_round_node_0_named_leaves_the_round_s_cause() -> None:
+    # Node 0's `restart` names the round's cause (node 2's rank 4); one of this node's ranks then
+    # exits 1 before its SIGTERM lands (its peer, rank 0, was stopped first and it lost the
+    # connection): every node's marker names the job's cause, this one's too.
+    job_cause = Failure(node=2, rank=4, exit_code=1)
+    m = _machine(max_restarts=3)
+    _started(m, m.heard([JobEvent("start", 0)], 0.0, WALL), 0.0)
+    m.heard([JobEvent("restart", 1, job_cause)], 1.0, WALL)
+    _exit(m, 0, 1, 1.05)
+    _exit(m, 1, 143, 1.1)
+    assert ReportStopped(1) in m.tick(1.2, True, ())
+    start = next(a for a in m.heard([JobEvent("start", 1)], 1.5, WALL) if isinstance(a, StartRound))
+    assert start.mark == "marun: round 1/3 after node 2 rank 4 exit 1"
+
+
+def test_a_failure_here_before_node_0_s_restart_gives_way_to_the_job_s_cause() -> None:
+    # This node's rank failed first here, but node 0 took another node's failure as the round's
+    # cause (it heard of it first): the marker names node 0's.
+    m = _machine(max_restarts=3)
+    _started(m, m.heard([JobEvent("start", 0)], 0.0, WALL), 0.0)
+    _exit(m, 0, 1, 1.0)
+    m.heard([JobEvent("restart", 1, Failure(node=2, rank=4, exit_code=1))], 1.05, WALL)
+    _exit(m, 1, 143, 1.1)
+    assert ReportStopped(1) in m.tick(1.2, True, ())
+    start = next(a for a in m.heard([JobEvent("start", 1)], 1.5, WALL) if isinstance(a, StartRound))
+    assert start.mark == "marun: round 1/3 after node 2 rank 4 exit 1"
