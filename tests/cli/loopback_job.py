@@ -59,6 +59,7 @@ class LoopbackJob:
         self.nodes: dict[int, Node] = {}
         self.runs: dict[int, int] = {}
         self.options: list[str] = []
+        self.wrapper: list[str] = []  # a command each marun runs under (`nohup`)
 
     def env(self, i: int) -> dict[str, str]:
         return clean_env(
@@ -87,7 +88,16 @@ class LoopbackJob:
             work = self.work(i)
             work.mkdir(parents=True, exist_ok=True)
             (work / "ranks.py").write_text(script)
-            argv = [self.python, "-m", "marun", "run", *self.options, "--", "ranks.py"]
+            argv = [
+                *self.wrapper,
+                self.python,
+                "-m",
+                "marun",
+                "run",
+                *self.options,
+                "--",
+                "ranks.py",
+            ]
             argv += ["--init_method", f"tcp://127.0.0.1:{self.master}"]
             argv += ["--rank", str(i), "--world_size", str(self.n)]
             self.runs[i] = self.runs.get(i, 0) + 1

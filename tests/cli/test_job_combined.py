@@ -1,6 +1,7 @@
 """Promises together (part 18): stop signals inside restart rounds, a frozen node that comes
-back, a killed pod, a node replaced as a round starts, two jobs on one host. Real `marun run`
-nodes on this machine's loopback (tests/cli/loopback_job.py), 3 nodes x 2 ranks, real signals.
+back, a killed pod, a node replaced as a round starts, two jobs on one host, a hangup under
+nohup. Real `marun run` nodes on this machine's loopback (tests/cli/loopback_job.py), 3 nodes x 2
+ranks, real signals.
 
 Each case failed on main before part 18 (docs/supervision.md, "Promises together", has the
 before and after). Time is asserted only where the promise is about time, and then against a
@@ -255,3 +256,53 @@ def test_two_jobs_on_one_host_never_merge(tmp_path: Path) -> None:
         assert f"port {a.master}" in _rank_log(a, rank // 2, rank).read_text()
     report = json.loads(a.job_json())
     assert report["refused_messages"] < 60, report["refused_messages"]
+
+
+def test_under_nohup_a_hangup_during_a_round_s_stop_barrier_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """Every node's marun under `nohup` (SIGHUP ignored by whoever started it: it stays ignored
+    in every phase). Rank 4 fails, round 1 begins; rank 1 traps SIGTERM, so the round's barrier
+    holds for the grace period; a SIGHUP to every marun meanwhile changes nothing: the round
+    starts, its ranks finish, every node ends 0."""
+    job = _job(
+        tmp_path, RANKS_FAIL="4:0", RANKS_TRAP="1", ARMED=str(tmp_path / "armed"), RUN_FOR="3"
+    )
+    job.options = ["--max-restarts", "3", "--grace-period", "6"]
+    job.wrapper = ["nohup"]
+    try:
+        job.start([0, 1, 2], RANKS)
+        _wait_log(job, 0, 1, "rank 1 trapped SIGTERM")  # the barrier is held now
+        for node in (0, 1, 2):
+            job.signal(node, signal.SIGHUP)
+        codes = job.finish()
+    finally:
+        job.kill_all()
+    assert codes == {0: 0, 1: 0, 2: 0}, job.report()
+    report = json.loads(job.job_json())
+    assert report["round"] == 1 and report["rounds"][0]["cause"]["rank"] == 4, report
+    for rank in range(6):
+        assert f"rank {rank} round 1 done" in _rank_log(job, rank // 2, rank).read_text()
+
+
+def test_under_nohup_a_frozen_node_hung_up_while_frozen_joins_the_round(tmp_path: Path) -> None:
+    """Node 1's marun under `nohup` is stopped past peer_timeout (node 0 declares it lost and
+    begins round 1) and sent SIGHUP while stopped; continued, the hangup it finds waiting changes
+    nothing: it stops its ranks, is counted, and the job ends 0 in round 1."""
+    job = _job(tmp_path, MARUN_PEER_TIMEOUT="4", ROUND0_FOR="300", RUN_FOR="3")
+    job.wrapper = ["nohup"]
+    try:
+        job.start([0, 1, 2], RANKS)
+        _all_up(job)
+        os.kill(job.nodes[1].proc.pid, signal.SIGSTOP)
+        job.signal(1, signal.SIGHUP)  # pending until it continues
+        _wait_event(job, 0, "job_restart")
+        os.kill(job.nodes[1].proc.pid, signal.SIGCONT)
+        codes = job.finish()
+    finally:
+        job.kill_all()
+    assert codes == {0: 0, 1: 0, 2: 0}, job.report()
+    report = json.loads(job.job_json())
+    assert report["round"] == 1 and report["rounds"][0]["cause"]["node"] == 1, report
+    for rank in range(6):
+        assert f"rank {rank} round 1 done" in _rank_log(job, rank // 2, rank).read_text()
