@@ -108,7 +108,8 @@ def _json(data: bytes | str) -> Any:
         raise ProtocolError("not a marun message") from None
 
 
-def _is_int(value: object) -> bool:
+def is_int(value: object) -> bool:
+    """An int of JSON's (not a bool, which Python counts as one)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -138,7 +139,7 @@ def decode(secret: bytes, job: str | None, line: bytes) -> dict[str, Any]:
         theirs = body.get("job")
         shown = repr(theirs)[:80] if isinstance(theirs, str) else "none"
         raise ProtocolError(f"job id {shown} is not this job's (another job's marun)")
-    if not _is_int(body.get("node")) or not _is_int(body.get("slot")):
+    if not is_int(body.get("node")) or not is_int(body.get("slot")):
         raise ProtocolError("no node index")
     check_fields(body["type"], body)
     return body

@@ -28,6 +28,7 @@ from marun.job.protocol import (
     check_fields,
     decode,
     fresh,
+    is_int,
     new_nonce,
 )
 from marun.plan.coordination import Coordination
@@ -259,7 +260,7 @@ def beats_of(value: object, slots: int) -> list[SlotBeat]:
         if not isinstance(entry, list) or len(entry) != 4:
             raise ValueError("beats: an entry is not [slot, idle, cpu, progress]")
         slot, idle, cpu, progress = entry
-        if not _is_int(slot) or not 0 <= slot < slots:
+        if not is_int(slot) or not 0 <= slot < slots:
             raise ValueError("beats: a slot out of range")
         if not _finite(idle) or not (cpu is None or _finite(cpu)):
             raise ValueError("beats: idle or cpu is not a number")
@@ -280,7 +281,7 @@ def hellos_of(body: dict[str, Any], slots: int) -> list[dict[str, Any]]:
         if not isinstance(item, dict):
             raise ProtocolError("hellos: an entry is not an object")
         slot = item.get("slot")
-        if not isinstance(slot, int) or not _is_int(slot) or not 0 <= slot < slots or slot in seen:
+        if not isinstance(slot, int) or not is_int(slot) or not 0 <= slot < slots or slot in seen:
             raise ProtocolError("hellos: a slot out of range, or twice")
         seen.add(slot)
         hello = {**item, "job": body["job"], "node": body["node"], "nonce": body["nonce"]}
@@ -288,10 +289,6 @@ def hellos_of(body: dict[str, Any], slots: int) -> list[dict[str, Any]]:
         check_fields("hello", hello)
         out.append(hello)
     return out
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _finite(value: object) -> bool:
