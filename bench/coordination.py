@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import multiprocessing
 import os
 import random
@@ -458,9 +459,16 @@ def make_lights(nodes: int, slots: int, every: float) -> list[Light]:
     ]
 
 
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of `pid` onto `cpus` (sched_setaffinity moves one thread at a time)."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):  # (a thread that ended meanwhile)
+            os.sched_setaffinity(int(task), cpus)
+
+
 def measure(
     nodes: int, slots: int, steady: float, limit: float, peer_timeout: float, beats: float,
-    lost: bool, procs: int,
+    lost: bool, procs: int, pin_steady: bool = False,
 ) -> Result:  # fmt: skip
     res = Result(f"{nodes}x{slots}", nodes * slots)
     res.every = interval(nodes * slots, peer_timeout, beats)
@@ -522,10 +530,20 @@ def measure(
             a["last_connect"] for a in arrived
         )
         res.first_try_to_started = max(a["all_started"] for a in arrived) - t0
+        everywhere = os.sched_getaffinity(0)
+        apart = pin_steady and len(everywhere) >= 2
+        if apart:  # node 0 alone on a core, as on its own machine; the other nodes on the rest
+            own = {max(everywhere)}
+            pin(node0.pid, own)
+            for pid in (0, real.pid, *(proc.pid for proc, _ in workers)):
+                pin(pid or os.getpid(), everywhere - own)
         time.sleep(2.0)  # let arrival's last replies settle
         c0, r0, w0 = cpu_seconds(node0.pid), cpu_seconds(real.pid), time.monotonic()
         time.sleep(steady)
         c1, r1, w1 = cpu_seconds(node0.pid), cpu_seconds(real.pid), time.monotonic()
+        if apart:
+            for pid in (node0.pid, 0, real.pid, *(proc.pid for proc, _ in workers)):
+                pin(pid or os.getpid(), everywhere)
         res.steady_share = (c1 - c0) / (w1 - w0)
         res.member_share = (r1 - r0) / (w1 - w0)
         res.rss = rss_mib(node0.pid)
@@ -609,6 +627,12 @@ def main() -> int:
         "--procs", type=int, default=2, help="processes the light members are spread over"
     )
     parser.add_argument(
+        "--pin-steady",
+        action="store_true",
+        help="in steady state, node 0 alone on one core and every other process on the rest "
+        "(as node 0 has its own machine in a job): its figure without the light members' load",
+    )
+    parser.add_argument(
         "--lost",
         action="store_true",
         help="the stop comes from a member that goes silent (lost-node detection), not a failure",
@@ -644,8 +668,8 @@ def main() -> int:
     results = []
     for n, s in sizes:
         for _ in range(5):  # a free port picked may be taken before node 0 binds it: again
-            res = measure(n, s, args.steady, args.limit, args.peer_timeout,
-                          args.beats_per_second, args.lost, max(1, args.procs))  # fmt: skip
+            res = measure(n, s, args.steady, args.limit, args.peer_timeout, args.beats_per_second,
+                          args.lost, max(1, args.procs), args.pin_steady)  # fmt: skip
             if res.note != "node 0 did not start":
                 break
         results.append(res)

@@ -233,3 +233,41 @@ def test_decode_only_ever_refuses(data: bytes) -> None:
     except ProtocolError:
         return
     assert isinstance(body, dict)
+
+
+def _reference_lines(stream: bytes, limit: int) -> list[bytes] | None:
+    """What a line buffer owes a stream taken whole: its non-blank lines, or None (refused) once
+    a line, or what is left unfinished, is longer than `limit`."""
+    *lines, rest = stream.split(b"\n")
+    if len(rest) > limit or any(len(line) > limit for line in lines):
+        return None
+    return [line for line in lines if line.strip()]
+
+
+@FUZZ
+@given(
+    pieces=st.lists(
+        st.one_of(
+            st.binary(max_size=40),
+            st.sampled_from([b"\n", b"x\n", b" \n", b"ab\ncd"]),
+            st.integers(0, 30).map(lambda n: b"y" * n + b"\n"),  # one whole line a read
+        ),
+        max_size=30,
+    ),
+    limit=st.integers(1, 24),
+)
+def test_a_line_buffer_gives_the_same_lines_however_the_bytes_are_cut(
+    pieces: list[bytes], limit: int
+) -> None:
+    """One read is one line most of the time (LineBuffer.feed's fast path); any cut of the same
+    bytes into reads gives the same lines, and the same refusal of a line over the limit."""
+    from marun.job.protocol import LineBuffer
+
+    buf, got = LineBuffer(limit), []
+    for piece in pieces:
+        try:
+            got += buf.feed(piece)
+        except ProtocolError:  # (a line over the limit so far is one in the whole stream)
+            got = None  # type: ignore[assignment]
+            break
+    assert got == _reference_lines(b"".join(pieces), limit)

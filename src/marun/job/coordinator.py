@@ -57,6 +57,11 @@ from marun.runtime.round_rule import RoundRule
 TICK_WALKS = 16384  # members the tick may walk a second (the hang watchdog's and a round's
 # barrier's walk every member; lost nodes and the end look at the silent and the pending alone)
 TICK_MOST = 2.0  # seconds between two ticks at most (lost nodes are found within a tick)
+# In a large job's steady state (docs/performance.md, "Node 0's turns"): a turn of the loop at
+# most this often, so that each reads the lines of many nodes, not one. A line waits at most
+# this long more; a job of at most PACED_FROM marun processes is never paced.
+PACE = 0.02
+PACED_FROM = 256
 
 
 class Coordinator:
@@ -112,6 +117,7 @@ class Coordinator:
         # Not a phase of the job: another thread's request that this one finish (after DONE).
         self._close_requested = threading.Event()
         self._linger = 2.0
+        self._paced = self.expected > PACED_FROM
         self._thread = threading.Thread(target=self._loop, name="marun-coordinator", daemon=True)
 
     # -- what the machine knows, read by link.py, job.json and the tests ----------------------
@@ -185,6 +191,7 @@ class Coordinator:
         try:
             while True:
                 events = self.port.sel.select(TICK)
+                turn = time.monotonic()
                 self._check_stall()  # before reading what piled up meanwhile
                 for key, mask in events:
                     conn = key.data
@@ -210,8 +217,21 @@ class Coordinator:
                     live = [c for c in self.port.conns if c.member is not None]
                     if not live or time.monotonic() - closing_since > self._linger:
                         break
+                elif events:
+                    self._pace(turn)
         finally:
             self.port.close()
+
+    def _pace(self, turn: float) -> None:
+        """A large job's steady state (RUNNING: every member started, no round under way): the
+        next turn PACE after this one began. A turn costs node 0 more than its lines (the wake-up,
+        the select, cold caches): one a line, 205 a second at 4,096 nodes, was most of node 0's
+        steady CPU. Arrival, rounds and the stop are never paced; a close is not kept waiting."""
+        if not self._paced or self.machine.job.phase is not JobPhase.RUNNING:
+            return
+        left = PACE - (time.monotonic() - turn)
+        if left > 0:
+            self._close_requested.wait(left)
 
     def _tick_due(self) -> bool:
         """The tick (timeouts, heartbeats, done) runs at most every `_tick_every`: at 8,192

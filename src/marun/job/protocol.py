@@ -101,9 +101,10 @@ def encode(secret: bytes, body: Mapping[str, Any]) -> bytes:
 
 def _json(data: bytes | str) -> Any:
     """json.loads, every way it can fail (bad UTF-8, deep nesting: RecursionError) a
-    ProtocolError."""
+    ProtocolError. A marun's line is UTF-8: decoded as that, not guessed at (json.loads of bytes
+    looks for UTF-16 and -32 first, in Python, on every line)."""
     try:
-        return json.loads(data)
+        return json.loads(data.decode() if isinstance(data, bytes) else data)
     except (ValueError, RecursionError, MemoryError):
         raise ProtocolError("not a marun message") from None
 
@@ -198,6 +199,8 @@ class LineBuffer:
         self.limit = limit
 
     def feed(self, data: bytes) -> list[bytes]:
+        if data and not self._buf and data.find(b"\n") == len(data) - 1 and len(data) <= self.limit:
+            return [data[:-1]] if data.strip() else []  # one whole line: most reads are
         self._buf += data
         *lines, self._buf = self._buf.split(b"\n")
         if len(self._buf) > self.limit or any(len(line) > self.limit for line in lines):
