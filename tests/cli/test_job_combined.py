@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,29 @@ def _wait_event(job: LoopbackJob, node: int, event: str) -> None:
 def _all_up(job: LoopbackJob, round_: int = 0) -> None:
     for rank in range(6):
         _wait_log(job, rank // 2, rank, f"rank {rank} round {round_}")
+
+
+def _freeze_node_1(job: LoopbackJob, while_frozen: Callable[[], None] = lambda: None) -> None:
+    """Node 1's marun (not its ranks) stopped until node 0 declares it lost and begins round 1,
+    `while_frozen` done to it meanwhile; then continued."""
+    job.start([0, 1, 2], RANKS)
+    _all_up(job)
+    os.kill(job.nodes[1].proc.pid, signal.SIGSTOP)
+    while_frozen()
+    _wait_event(job, 0, "job_restart")  # node 0 declared node 1 lost: round 1 began
+    time.sleep(1.0)
+    os.kill(job.nodes[1].proc.pid, signal.SIGCONT)
+
+
+def _ended_well_in_round_1(job: LoopbackJob, codes: dict[int, int], **cause: int) -> None:
+    """Every node ended 0 after one round, caused by `cause` (its fields), each rank's round 1
+    run to its end."""
+    assert codes == {0: 0, 1: 0, 2: 0}, job.report()
+    report = json.loads(job.job_json())
+    assert report["round"] == 1, report
+    assert {k: report["rounds"][0]["cause"][k] for k in cause} == cause, report
+    for rank in range(6):
+        assert f"rank {rank} round 1 done" in _rank_log(job, rank // 2, rank).read_text()
 
 
 @pytest.mark.parametrize(("node", "signum"), [(0, signal.SIGTERM), (2, signal.SIGINT)])
@@ -170,20 +194,11 @@ def test_a_frozen_node_that_comes_back_joins_the_round(tmp_path: Path) -> None:
     round 1 and ends 0."""
     job = _job(tmp_path, MARUN_PEER_TIMEOUT="4", ROUND0_FOR="300", RUN_FOR="3")
     try:
-        job.start([0, 1, 2], RANKS)
-        _all_up(job)
-        os.kill(job.nodes[1].proc.pid, signal.SIGSTOP)
-        _wait_event(job, 0, "job_restart")  # node 0 declared node 1 lost: round 1 began
-        time.sleep(1.0)
-        os.kill(job.nodes[1].proc.pid, signal.SIGCONT)
+        _freeze_node_1(job)
         codes = job.finish()
     finally:
         job.kill_all()
-    assert codes == {0: 0, 1: 0, 2: 0}, job.report()
-    report = json.loads(job.job_json())
-    assert report["round"] == 1 and report["rounds"][0]["cause"]["node"] == 1, report
-    for rank in range(6):
-        assert f"rank {rank} round 1 done" in _rank_log(job, rank // 2, rank).read_text()
+    _ended_well_in_round_1(job, codes, node=1)
 
 
 def test_a_killed_nodes_closed_connection_is_a_loss_at_once(tmp_path: Path) -> None:
@@ -278,11 +293,7 @@ def test_under_nohup_a_hangup_during_a_round_s_stop_barrier_changes_nothing(
         codes = job.finish()
     finally:
         job.kill_all()
-    assert codes == {0: 0, 1: 0, 2: 0}, job.report()
-    report = json.loads(job.job_json())
-    assert report["round"] == 1 and report["rounds"][0]["cause"]["rank"] == 4, report
-    for rank in range(6):
-        assert f"rank {rank} round 1 done" in _rank_log(job, rank // 2, rank).read_text()
+    _ended_well_in_round_1(job, codes, rank=4)
 
 
 def test_under_nohup_a_frozen_node_hung_up_while_frozen_joins_the_round(tmp_path: Path) -> None:
@@ -292,17 +303,8 @@ def test_under_nohup_a_frozen_node_hung_up_while_frozen_joins_the_round(tmp_path
     job = _job(tmp_path, MARUN_PEER_TIMEOUT="4", ROUND0_FOR="300", RUN_FOR="3")
     job.wrapper = ["nohup"]
     try:
-        job.start([0, 1, 2], RANKS)
-        _all_up(job)
-        os.kill(job.nodes[1].proc.pid, signal.SIGSTOP)
-        job.signal(1, signal.SIGHUP)  # pending until it continues
-        _wait_event(job, 0, "job_restart")
-        os.kill(job.nodes[1].proc.pid, signal.SIGCONT)
+        _freeze_node_1(job, lambda: job.signal(1, signal.SIGHUP))  # pending until it continues
         codes = job.finish()
     finally:
         job.kill_all()
-    assert codes == {0: 0, 1: 0, 2: 0}, job.report()
-    report = json.loads(job.job_json())
-    assert report["round"] == 1 and report["rounds"][0]["cause"]["node"] == 1, report
-    for rank in range(6):
-        assert f"rank {rank} round 1 done" in _rank_log(job, rank // 2, rank).read_text()
+    _ended_well_in_round_1(job, codes, node=1)
