@@ -57,7 +57,7 @@ from marun.runtime.round_rule import RoundRule
 TICK_WALKS = 16384  # members the tick may walk a second (the hang watchdog's and a round's
 # barrier's walk every member; lost nodes and the end look at the silent and the pending alone)
 TICK_MOST = 2.0  # seconds between two ticks at most (lost nodes are found within a tick)
-# In a large job's steady state (docs/performance.md, "Node 0's turns"): a turn of the loop at
+# In a large job's steady state (docs/performance.md, "third round: node 0's turns"): a turn at
 # most this often, so that each reads the lines of many nodes, not one. A line waits at most
 # this long more; a job of at most PACED_FROM marun processes is never paced.
 PACE = 0.02
