@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,6 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, Row, bench_env, load_note, print_rows
+
+from marun.sim.ports import free_port
 
 VENV = Path(os.environ.get("MARUN_VENVS") or REPO / ".cache" / "venvs") / "mindspore"
 DEADLINE = 240.0  # seconds a job may take; a hang guard only
@@ -59,12 +60,6 @@ if round_ == "0":
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
-
-
 def one(warm: bool, uptime: float) -> tuple[float, int]:
     """Seconds from the crash to every worker's first AllReduce of round 1; cold starts said."""
     with tempfile.TemporaryDirectory(prefix="marun-bench-ms-") as tmp:
@@ -76,7 +71,7 @@ def one(warm: bool, uptime: float) -> tuple[float, int]:
             {
                 "MA_NUM_HOSTS": "1",
                 "MA_NUM_GPUS": "2",
-                "MARUN_MS_SCHED_PORT": str(_free_port()),
+                "MARUN_MS_SCHED_PORT": str(free_port("")),
                 "MARUN_GRACE_PERIOD": "5",
                 "MARUN_PREFLIGHT": "off",
                 "MARUN_QUICK_FAILURE": "1",

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,6 +38,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import PYTHON, Row, bench_env, load_note, print_rows, standard_args
+
+from marun.sim.ports import free_port
 
 DEVICES = 2
 DEADLINE = 300.0  # seconds; a hang guard only
@@ -54,17 +55,11 @@ time.sleep(600 if round_ == "0" else 1)
 POD = "MARUN_BENCH_POD"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
-
-
 class Job:
     def __init__(self, work: Path, places: int, spares: int) -> None:
         self.work, self.places, self.spares = work, places, spares
         self.nodes = places + spares
-        self.port, self.master = _free_port(), _free_port()
+        self.port, self.master = free_port(""), free_port("")
         self.stamps = work / "stamps"
         self.stamps.mkdir(parents=True)
         (work / "ranks.py").write_text(RANKS)

@@ -58,10 +58,13 @@ def free_port(host: str = "127.0.0.1", env: Mapping[str, str] | None = None) -> 
     there is bad input), else below the kernel's ephemeral range where there is room (else any).
     The one chooser of a port that a marun binds later (simulate, the tests, the benches)."""
     chosen = port_range(env)
-    low, top = chosen or (LOW_PORT, ephemeral_start())
-    tries = _TRIES if chosen is None else max(_TRIES, min(top - low, 4 * _TRIES))
-    for _ in range(tries if top - low >= _MIN_SPAN else 0):
-        port = random.randrange(low, top)
+    if chosen is None:  # random tries below the ephemeral range, where it leaves 1000 or more
+        low, top = LOW_PORT, ephemeral_start()
+        ports = [random.randrange(low, top) for _ in range(_TRIES)] if top - low >= 1000 else []
+    else:  # every port of a small range, in random order; as many of a large one
+        low, top = chosen
+        ports = random.sample(range(low, top), min(top - low, 4 * _TRIES))
+    for port in ports:
         with socket.socket() as sock:
             try:
                 sock.bind((host, port))
@@ -69,7 +72,9 @@ def free_port(host: str = "127.0.0.1", env: Mapping[str, str] | None = None) -> 
                 continue
             return port
     if chosen is not None:
-        raise bad_value(PORTS_VAR, f"{low}-{top - 1}", f"a range with a free port ({tries} tried)")
+        raise bad_value(
+            PORTS_VAR, f"{low}-{top - 1}", f"a range with a free port ({len(ports)} tried)"
+        )
     with socket.socket() as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
