@@ -532,18 +532,19 @@ def measure(
         res.first_try_to_started = max(a["all_started"] for a in arrived) - t0
         everywhere = os.sched_getaffinity(0)
         apart = pin_steady and len(everywhere) >= 2
+        others = (os.getpid(), real.pid, *(proc.pid for proc, _ in workers))
         if apart:  # node 0 alone on a core, as on its own machine; the other nodes on the rest
             own = {max(everywhere)}
             pin(node0.pid, own)
-            for pid in (0, real.pid, *(proc.pid for proc, _ in workers)):
-                pin(pid or os.getpid(), everywhere - own)
+            for pid in others:
+                pin(pid, everywhere - own)
         time.sleep(2.0)  # let arrival's last replies settle
         c0, r0, w0 = cpu_seconds(node0.pid), cpu_seconds(real.pid), time.monotonic()
         time.sleep(steady)
         c1, r1, w1 = cpu_seconds(node0.pid), cpu_seconds(real.pid), time.monotonic()
         if apart:
-            for pid in (node0.pid, 0, real.pid, *(proc.pid for proc, _ in workers)):
-                pin(pid or os.getpid(), everywhere)
+            for pid in (node0.pid, *others):
+                pin(pid, everywhere)
         res.steady_share = (c1 - c0) / (w1 - w0)
         res.member_share = (r1 - r0) / (w1 - w0)
         res.rss = rss_mib(node0.pid)

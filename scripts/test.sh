@@ -31,8 +31,8 @@ fi
 
 # The slow lane's setup and its CPU-only tests overlap the fast lane (a full run only): the
 # framework venvs install (mostly unpacking wheels: disk), and the two tests that only spend CPU
-# (no network namespace, no framework, nothing timed, ports of their own: the interleavings' thousands
-# and the bad-input corpus, one case at a time) run in one background pytest, one core's worth,
+# (no network namespace, no framework, nothing timed, ports of their own: the interleavings'
+# thousands and the bad-input corpus, one case at a time) run in one background pytest, one core's worth,
 # with its own temporary directory (its log: .cache/cpu-tests.log; joined at the end). The fast
 # lane's pytest is one process: the machine's second core is otherwise idle while it runs.
 frameworks_pid=""
