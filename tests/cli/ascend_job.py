@@ -67,11 +67,17 @@ class AscendJob:
         self.port = free_port()
         self.extra = dict(env or {})
         self.starts: dict[int, Start] = {}
+        self.earlier: list[Start] = []  # the starts of a recreated pod's earlier maruns
 
     def start(self, command: list[str], options: tuple[str, ...] = ()) -> None:
         """Every device's start, all at once (node by node, as the platform may)."""
-        for rank in range(self.size):
-            server, device = divmod(rank, self.devices)
+        for server in range(self.servers):
+            self.start_server(server, command, options)
+
+    def start_server(self, server: int, command: list[str], options: tuple[str, ...] = ()) -> None:
+        """One server's device starts (its pod, created or recreated with the same index)."""
+        for device in range(self.devices):
+            rank = server * self.devices + device
             work = self.root / f"server{server}"
             work.mkdir(parents=True, exist_ok=True)
             env = clean_env(
@@ -92,7 +98,13 @@ class AscendJob:
                 }
             )
             argv = [sys.executable, "-m", "marun", "run", "--mode", "ascend", *options, "--"]
-            out = self.root / f"console_{rank}.txt"
+            earlier = self.starts.get(rank)
+            if earlier is not None:  # a recreated pod: the earlier output stays, for the report
+                self.earlier.append(earlier)
+            again = sum(1 for e in self.earlier if e.rank == rank)
+            out = self.root / (
+                f"console_{rank}.txt" if not again else f"console_{rank}.{again}.txt"
+            )
             with out.open("wb") as sink:
                 proc = subprocess.Popen(
                     [*argv, *command],
@@ -131,7 +143,7 @@ class AscendJob:
         return data
 
     def kill_all(self) -> None:
-        for start in self.starts.values():
+        for start in [*self.starts.values(), *self.earlier]:
             if start.proc.poll() is None:
                 os.killpg(start.proc.pid, signal.SIGKILL)
                 start.proc.wait()

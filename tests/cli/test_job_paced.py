@@ -1,0 +1,81 @@
+"""Node 0's paced loop in combination (issue 33): 33 Ascend servers x 8 devices, 264 real `marun
+run` processes, more than PACED_FROM, so node 0's loop takes a turn at most every PACE seconds
+once every member runs (marun.job.coordinator). What the pacing must not change, tested at once:
+- a pod deleted while the job runs (node 20's 8 maruns and their ranks SIGKILLed) and recreated
+  with the same index (8 new maruns): node 0 finds the node lost, starts round 1, and the new
+  maruns join it with every other rank;
+- the platform deleting the job while round 1 runs (SIGTERM to every marun at once): every marun
+  exits 143, and no rank is left running.
+How long the stop took is printed, not asserted (the deadline only catches a hang)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from ascend_job import DEADLINE, AscendJob
+
+from marun.job.coordinator import PACED_FROM
+
+SERVERS, DEVICES = 33, 8
+RECREATED = 20  # the server whose pod is deleted and recreated
+RANKS = 'up="$UP_DIR/round$MARUN_RESTART_COUNT"; mkdir -p "$up"; : > "$up/$RANK_ID"; exec sleep 600'
+
+
+def _all_up(job: AscendJob, up: Path) -> None:
+    end = time.monotonic() + DEADLINE
+    while not up.is_dir() or len(list(up.iterdir())) < job.size:
+        assert time.monotonic() < end, f"{up.name}: not every rank came up\n{job.report()}"
+        time.sleep(0.2)
+
+
+def _left_running(root: Path) -> list[str]:
+    """The processes whose working directory is under root (every marun and rank of the job)."""
+    left = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        if cwd.startswith(str(root)):
+            left.append(f"{pid}: {cmd}")
+    return left
+
+
+def test_a_recreated_pod_then_the_jobs_deletion_while_node_0_is_paced(tmp_path: Path) -> None:
+    assert SERVERS * DEVICES > PACED_FROM  # else this job is not paced and tests nothing here
+    up = tmp_path / "up"
+    up.mkdir()
+    job = AscendJob(tmp_path, SERVERS, DEVICES, env={"UP_DIR": str(up)})
+    options = ("--max-restarts", "1")
+    try:
+        job.start(["sh", "-c", RANKS], options)
+        _all_up(job, up / "round0")
+        pod = range(RECREATED * DEVICES, (RECREATED + 1) * DEVICES)
+        for rank in pod:  # the pod deleted: its maruns and their ranks, at once
+            os.killpg(job.starts[rank].proc.pid, signal.SIGKILL)
+        for rank in pod:
+            job.starts[rank].proc.wait()
+        job.start_server(RECREATED, ["sh", "-c", RANKS], options)
+        _all_up(job, up / "round1")
+        assert all(s.proc.poll() is None for s in job.starts.values()), job.report()
+
+        stopped = time.monotonic()
+        for start in job.starts.values():  # the job deleted: every pod's marun, at once
+            start.proc.send_signal(signal.SIGTERM)
+        codes = job.finish()
+        took = time.monotonic() - stopped
+        assert codes == dict.fromkeys(range(job.size), 143), job.report()
+        assert _left_running(tmp_path) == []
+        report = job.job_json()
+        (round1,) = report["rounds"]  # type: ignore[misc]
+        assert f"node {RECREATED}" in str(round1["cause"]), round1
+        assert f"round 1/1 after node {RECREATED} " in job.starts[0].output, job.report([0])
+        print(f"{job.size} maruns, paced: a pod recreated, round 1, all stopped in {took:.2f}s")
+    finally:
+        job.kill_all()
