@@ -106,6 +106,8 @@ PLATFORM_VARS = {
     "MS_SCHED_PORT": ("mindspore",),
     "MS_TOPO_TIMEOUT": ("mindspore",),
     "MS_ENABLE_RECOVERY": ("mindspore",),
+    "MS_RETRY_INTERVAL_LOWER": ("mindspore",),
+    "MS_RETRY_INTERVAL_UPPER": ("mindspore",),
     "MA_VJ_NAME": ("mpi", "mindspore"),
     "MA_TASK_NAME": ("mindspore", "mpi"),
     "MA_CURRENT_IP": ("mindspore",),

@@ -449,6 +449,27 @@ def test_ms_hccl_cm_init_other_than_1_or_0_is_a_note(
     )
 
 
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"MS_RETRY_INTERVAL_LOWER": "1", "MS_RETRY_INTERVAL_UPPER": "1"},
+        {"MS_RETRY_INTERVAL_LOWER": " 2 ", "MS_RETRY_INTERVAL_UPPER": ""},  # "": MindSpore's 5
+        {"MS_RETRY_INTERVAL_UPPER": "30"},
+    ],
+)
+def test_mindspore_retry_intervals_in_range_pass_through_untouched(
+    tmp_path: Path, given: dict[str, str]
+) -> None:
+    """MindSpore's own knobs (a round's formation is faster with shorter ones: docs/engines):
+    checked, never set or changed by marun; each process inherits them as given."""
+    (tmp_path / "train.py").write_text("")
+    launch = _plan(given, tmp_path)
+    assert launch.notes == ()
+    for node in launch.nodes:
+        for proc in node.processes:
+            assert not any(k.startswith("MS_RETRY_INTERVAL") for k in proc.env), proc.env
+
+
 # -- from an Ascend rank table -------------------------------------------------------------------
 # Two servers with two devices each, on physical devices 4 and 5 (so DEVICE_ID must come from the
 # table, not from the position). `host_nic_ip` is "reserve", as MindSpore's own examples write it:
@@ -621,6 +642,21 @@ BAD_INPUTS = [
         "host name='a..b-worker-0.a..b': expected a host name",
     ),
     ({"MS_TOPO_TIMEOUT": "soon"}, "MS_TOPO_TIMEOUT='soon': expected an integer"),
+    ({"MS_RETRY_INTERVAL_LOWER": "0"}, "MS_RETRY_INTERVAL_LOWER='0': expected an integer from 1"),
+    ({"MS_RETRY_INTERVAL_UPPER": "0.5"}, "MS_RETRY_INTERVAL_UPPER='0.5': expected an integer"),
+    ({"MS_RETRY_INTERVAL_UPPER": " "}, "MS_RETRY_INTERVAL_UPPER=' ': expected an integer"),
+    (
+        {"MS_RETRY_INTERVAL_LOWER": "4", "MS_RETRY_INTERVAL_UPPER": "2"},
+        "MS_RETRY_INTERVAL_LOWER='4': expected at most 2 (MS_RETRY_INTERVAL_UPPER)",
+    ),
+    (
+        {"MS_RETRY_INTERVAL_LOWER": "7"},
+        "MS_RETRY_INTERVAL_LOWER='7': expected at most 5 (MS_RETRY_INTERVAL_UPPER, MindSpore's",
+    ),
+    (
+        {"MS_RETRY_INTERVAL_UPPER": "1"},
+        "MS_RETRY_INTERVAL_UPPER='1': expected at least 3 (MS_RETRY_INTERVAL_LOWER, MindSpore's",
+    ),
     (
         {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "0", "VC_WORKER_HOSTS": ""},
         "VC_WORKER_HOSTS='': expected a comma-separated list of host names",

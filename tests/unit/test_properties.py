@@ -241,6 +241,7 @@ PLATFORM_VARS = [
     "MA_CURRENT_IP",
     "MA_VJ_NAME",
     "MS_ENABLE_RECOVERY",
+    "MS_RETRY_INTERVAL_LOWER",
     "VC_WORKER_HOSTS",
 ]
 platform_env = st.dictionaries(

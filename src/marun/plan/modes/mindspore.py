@@ -81,6 +81,9 @@ IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "HCCL_SOCKET_IFNAME")
 SCHEDULER_RECOVERY_NODE_ID = "sched"
 PORT_RANGE = (1024, PORT_MAX)  # the MS_SCHED_PORT values MindSpore accepts
 MAX_TOPO_TIMEOUT = int(MAX_SECONDS)
+# MindSpore's retry intervals (seconds; its defaults when unset), checked, never set by marun
+RETRY_INTERVALS = {"MS_RETRY_INTERVAL_LOWER": 3, "MS_RETRY_INTERVAL_UPPER": 5}
+MAX_RETRY_INTERVAL = 3600
 
 
 # -- MindSpore's own variables, as the environment gives them -----------------------------------
@@ -120,6 +123,27 @@ def _topo_timeout(platform: Platform) -> int:
     return parse_int("MS_TOPO_TIMEOUT", platform.env["MS_TOPO_TIMEOUT"], 1, MAX_TOPO_TIMEOUT)
 
 
+def _check_retry_intervals(platform: Platform) -> None:
+    """MindSpore's `MS_RETRY_INTERVAL_LOWER` and `_UPPER`: passed through as given (msrun sets
+    neither), but checked. Each process reads them with C++'s stoi and draws a whole number of
+    seconds uniformly between them for its heartbeat to the scheduler and the CPU collective
+    library's retries: a value that is no number aborts every process in `init()`, 0 spins the
+    heartbeat, a lower bound above the upper one is undefined. An empty value is MindSpore's
+    default (3 and 5)."""
+    bounds = []
+    for name, default in RETRY_INTERVALS.items():
+        raw = platform.env.get(name, "")
+        given = raw != ""
+        value = parse_int(name, raw, 1, MAX_RETRY_INTERVAL) if given else default
+        bounds.append((name, raw if given else None, value))
+    (low_name, low_raw, low), (up_name, up_raw, up) = bounds
+    if low > up and (low_raw is not None or up_raw is not None):
+        if low_raw is None:  # the upper bound alone is below MindSpore's default lower one
+            raise bad_value(up_name, up_raw, f"at least {low} ({low_name}, MindSpore's default)")
+        whose = "" if up_raw is not None else ", MindSpore's default"
+        raise bad_value(low_name, low_raw, f"at most {up} ({up_name}{whose})")
+
+
 def _recovery_env(platform: Platform) -> dict[str, str]:
     enabled = platform.env.get("MS_ENABLE_RECOVERY", "").strip()
     if enabled in ("", "0"):
@@ -148,6 +172,7 @@ class _ClusterSettings:
 
 
 def _cluster_settings(platform: Platform) -> _ClusterSettings:
+    _check_retry_intervals(platform)
     return _ClusterSettings(_sched_port(platform), _topo_timeout(platform), _recovery_env(platform))
 
 
