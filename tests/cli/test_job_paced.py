@@ -42,7 +42,7 @@ def _left_running(root: Path) -> list[str]:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue  # gone meanwhile, or not ours to read
-        if cwd.startswith(str(root)):
+        if cwd.startswith(f"{root}{os.sep}"):  # the servers' directories
             left.append(f"{pid}: {cmd}")
     return left
 
