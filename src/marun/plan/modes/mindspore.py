@@ -82,7 +82,8 @@ SCHEDULER_RECOVERY_NODE_ID = "sched"
 PORT_RANGE = (1024, PORT_MAX)  # the MS_SCHED_PORT values MindSpore accepts
 MAX_TOPO_TIMEOUT = int(MAX_SECONDS)
 # MindSpore's retry intervals (seconds; its defaults when unset), checked, never set by marun
-RETRY_INTERVALS = {"MS_RETRY_INTERVAL_LOWER": 3, "MS_RETRY_INTERVAL_UPPER": 5}
+RETRY_LOWER, RETRY_UPPER = "MS_RETRY_INTERVAL_LOWER", "MS_RETRY_INTERVAL_UPPER"
+DEFAULT_RETRY_LOWER, DEFAULT_RETRY_UPPER = 3, 5
 MAX_RETRY_INTERVAL = 3600
 
 
@@ -123,25 +124,35 @@ def _topo_timeout(platform: Platform) -> int:
     return parse_int("MS_TOPO_TIMEOUT", platform.env["MS_TOPO_TIMEOUT"], 1, MAX_TOPO_TIMEOUT)
 
 
+def _retry_interval(platform: Platform, name: str) -> int | None:
+    """One of MindSpore's retry intervals, or None when unset. Not `_given`: MindSpore takes an
+    empty value for its default but a blank one to stoi, which throws."""
+    raw = platform.env.get(name, "")
+    return parse_int(name, raw, 1, MAX_RETRY_INTERVAL) if raw != "" else None
+
+
 def _check_retry_intervals(platform: Platform) -> None:
     """MindSpore's `MS_RETRY_INTERVAL_LOWER` and `_UPPER`: passed through as given (msrun sets
     neither), but checked. Each process reads them with C++'s stoi and draws a whole number of
     seconds uniformly between them for its heartbeat to the scheduler and the CPU collective
     library's retries: a value that is no number aborts every process in `init()`, 0 spins the
-    heartbeat, a lower bound above the upper one is undefined. An empty value is MindSpore's
+    heartbeat, a lower bound above the upper one is undefined. An unset one is MindSpore's
     default (3 and 5)."""
-    bounds = []
-    for name, default in RETRY_INTERVALS.items():
-        raw = platform.env.get(name, "")
-        given = raw != ""
-        value = parse_int(name, raw, 1, MAX_RETRY_INTERVAL) if given else default
-        bounds.append((name, raw if given else None, value))
-    (low_name, low_raw, low), (up_name, up_raw, up) = bounds
-    if low > up and (low_raw is not None or up_raw is not None):
-        if low_raw is None:  # the upper bound alone is below MindSpore's default lower one
-            raise bad_value(up_name, up_raw, f"at least {low} ({low_name}, MindSpore's default)")
-        whose = "" if up_raw is not None else ", MindSpore's default"
-        raise bad_value(low_name, low_raw, f"at most {up} ({up_name}{whose})")
+    low, up = _retry_interval(platform, RETRY_LOWER), _retry_interval(platform, RETRY_UPPER)
+    lower = DEFAULT_RETRY_LOWER if low is None else low
+    upper = DEFAULT_RETRY_UPPER if up is None else up
+    if lower <= upper:  # (MindSpore's defaults are in order)
+        return
+    if low is None:  # the upper bound alone is below MindSpore's default lower one
+        raise bad_value(
+            RETRY_UPPER,
+            platform.env[RETRY_UPPER],
+            f"at least {lower} ({RETRY_LOWER}, MindSpore's default)",
+        )
+    whose = "" if up is not None else ", MindSpore's default"
+    raise bad_value(
+        RETRY_LOWER, platform.env[RETRY_LOWER], f"at most {upper} ({RETRY_UPPER}{whose})"
+    )
 
 
 def _recovery_env(platform: Platform) -> dict[str, str]:
