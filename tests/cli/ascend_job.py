@@ -117,6 +117,15 @@ class AscendJob:
                 )
             self.starts[rank] = Start(rank, proc, out)
 
+    def wait_up(self, up: Path) -> None:
+        """Until every rank has written its file into `up` (the ranks' own doing); every marun
+        stays up meanwhile."""
+        end = time.monotonic() + DEADLINE
+        while not up.is_dir() or len(list(up.iterdir())) < self.size:
+            assert time.monotonic() < end, f"{up.name}: not every rank came up\n{self.report()}"
+            assert all(s.proc.poll() is None for s in self.starts.values()), self.report()
+            time.sleep(0.1)
+
     def finish(self, ranks: list[int] | None = None) -> dict[int, int]:
         deadline = time.monotonic() + DEADLINE
         chosen = [self.starts[r] for r in (ranks if ranks is not None else sorted(self.starts))]

@@ -15,20 +15,13 @@ import signal
 import time
 from pathlib import Path
 
-from ascend_job import DEADLINE, AscendJob
+from ascend_job import AscendJob
 
 from marun.job.coordinator import PACED_FROM
 
 SERVERS, DEVICES = 33, 8
 RECREATED = 20  # the server whose pod is deleted and recreated
 RANKS = 'up="$UP_DIR/round$MARUN_RESTART_COUNT"; mkdir -p "$up"; : > "$up/$RANK_ID"; exec sleep 600'
-
-
-def _all_up(job: AscendJob, up: Path) -> None:
-    end = time.monotonic() + DEADLINE
-    while not up.is_dir() or len(list(up.iterdir())) < job.size:
-        assert time.monotonic() < end, f"{up.name}: not every rank came up\n{job.report()}"
-        time.sleep(0.2)
 
 
 def _left_running(root: Path) -> list[str]:
@@ -55,14 +48,14 @@ def test_a_recreated_pod_then_the_jobs_deletion_while_node_0_is_paced(tmp_path: 
     options = ("--max-restarts", "1")
     try:
         job.start(["sh", "-c", RANKS], options)
-        _all_up(job, up / "round0")
+        job.wait_up(up / "round0")
         pod = range(RECREATED * DEVICES, (RECREATED + 1) * DEVICES)
         for rank in pod:  # the pod deleted: its maruns and their ranks, at once
             os.killpg(job.starts[rank].proc.pid, signal.SIGKILL)
         for rank in pod:
             job.starts[rank].proc.wait()
         job.start_server(RECREATED, ["sh", "-c", RANKS], options)
-        _all_up(job, up / "round1")
+        job.wait_up(up / "round1")
         assert all(s.proc.poll() is None for s in job.starts.values()), job.report()
 
         stopped = time.monotonic()

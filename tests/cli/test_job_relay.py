@@ -12,21 +12,12 @@ relay's socket: tests/unit/test_job_relay.py."""
 from __future__ import annotations
 
 import signal
-import time
 from pathlib import Path
 
-from ascend_job import DEADLINE, AscendJob
+from ascend_job import AscendJob
 
 SERVERS, DEVICES = 2, 4
 RANKS = 'mkdir -p "$UP_DIR"; : > "$UP_DIR/$RANK_ID"; exec sleep 600'
-
-
-def _all_up(job: AscendJob, up: Path) -> None:
-    end = time.monotonic() + DEADLINE
-    while len(list(up.iterdir())) < SERVERS * DEVICES:
-        assert time.monotonic() < end, job.report()
-        assert all(s.proc.poll() is None for s in job.starts.values()), job.report()
-        time.sleep(0.1)
 
 
 def test_a_lost_slot_0_ends_its_node_and_a_stop_signal_to_another_slot_ends_the_job(
@@ -41,7 +32,7 @@ def test_a_lost_slot_0_ends_its_node_and_a_stop_signal_to_another_slot_ends_the_
         for job in jobs.values():
             job.start(["sh", "-c", RANKS])
         for case, job in jobs.items():
-            _all_up(job, tmp_path / case / "up")
+            job.wait_up(tmp_path / case / "up")
         killed, signalled = jobs["killed"], jobs["signalled"]
         killed.starts[DEVICES].proc.send_signal(signal.SIGKILL)  # node 1, slot 0
         signalled.starts[DEVICES + 2].proc.send_signal(signal.SIGTERM)  # node 1, slot 2
