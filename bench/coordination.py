@@ -38,6 +38,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import math
 import multiprocessing
 import os
 import random
@@ -659,7 +660,11 @@ def main() -> int:
     print(
         f"# source: {source}, protocol {PROTOCOL}: {shape}; light members in {args.procs} processes"
     )
-    print(f"# {raise_file_limit(max(n * s for n, s in sizes) * 2 + 256)}")
+    # Descriptors a process holds at the largest size: node 0 one per connection, the light
+    # members' processes as many between them (one per node behind relays, else one per
+    # member), each end a descriptor; 256 for everything else.
+    conns = max(n if RELAYED and s > 1 else n * s for n, s in sizes)
+    print(f"# {raise_file_limit(conns * 2 + 256)}")
     print(
         f"# steady state over {args.steady:g}s; "
         f"ratios per member against {sizes[0][0]}x{sizes[0][1]}; peer_timeout "
@@ -701,7 +706,8 @@ def main() -> int:
                f"{r.stop_fanout:.3f} s", f"{r.stop_sent:.3f} s", f"{r.rss:.0f} MiB",
                f"{100 * r.member_share / r.real_members:.2f}% of a core",
                f"{r.members_cpu:.2f} s",
-               f"{r.every:g} s", f"{r.detection:.1f} s")  # fmt: skip
+               f"{r.every:g} s",
+               "-" if math.isnan(r.detection) else f"{r.detection:.1f} s")  # fmt: skip
         print("| " + " | ".join(row) + " |" + (f" {r.note}" if r.note else ""))
     return 0
 
