@@ -150,12 +150,24 @@ def test_a_hang_with_rounds_left_dumps_the_stacks_then_starts_round_1(tmp_path: 
     assert "rank 5 round 1 passed the rendezvous" in _rank_log(job, 2, 5)
 
 
+# Rank 1 fails in rounds 0 and 1, once rank 0 has said its round's port (a file in SAID): a
+# rank 1 that failed at once could end the round before rank 0's interpreter had printed
+# anything (a loaded machine), and the round's port would go unrecorded. Rank 0 then waits to be
+# stopped by the round; in round 2 both end well.
 ONE_NODE = """\
 import os, sys, time
 r = int(os.environ["RANK"]); k = int(os.environ["MARUN_RESTART_COUNT"])
 print(f"rank {r} round {k} port {os.environ['MASTER_PORT']}", flush=True)
-if r == 1 and k < 2:
-    sys.exit(5)
+said = os.path.join(os.environ["SAID"], f"0.{k}")
+if r == 0:
+    open(said, "w").close()
+if k < 2:
+    if r == 1:
+        end = time.monotonic() + 30
+        while not os.path.exists(said) and time.monotonic() < end:
+            time.sleep(0.02)
+        sys.exit(5)
+    time.sleep(60)
 time.sleep(0.5)
 """
 
@@ -163,6 +175,7 @@ time.sleep(0.5)
 def test_a_job_of_one_node_applies_the_same_rule_itself(tmp_path: Path) -> None:
     """No node 0 to ask: the supervisor runs the rounds (and the rule) itself; each round's
     rendezvous port moves; quick failures twice running end it unless quick_failure is 0."""
+    import shutil
     import subprocess
     import sys
 
@@ -175,9 +188,12 @@ def test_a_job_of_one_node_applies_the_same_rule_itself(tmp_path: Path) -> None:
             "--rank", "0", "--world_size", "1"]  # fmt: skip
 
     def run(**env: str) -> subprocess.CompletedProcess[str]:
+        said = tmp_path / "said"  # a fresh one for each job: rank 0's files of the job before
+        shutil.rmtree(said, ignore_errors=True)
+        said.mkdir()
         return subprocess.run(
-            argv, cwd=tmp_path, env=clean_env({"MARUN_NIC": "lo", **env}), capture_output=True,
-            text=True, timeout=60, check=False,
+            argv, cwd=tmp_path, env=clean_env({"MARUN_NIC": "lo", "SAID": str(said), **env}),
+            capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
 
     patient = run(MARUN_QUICK_FAILURE="0")

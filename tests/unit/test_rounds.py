@@ -52,6 +52,24 @@ def test_each_round_moves_the_port_to_a_free_one_above_the_planned() -> None:
     assert round_ports(planned, ("OTHER", "MISSING"), 1) == {}
 
 
+def test_no_two_rounds_share_a_port_when_one_in_between_was_busy() -> None:
+    """Planned + 1 busy at round 1 makes round 1 take a port above it; once that port is free
+    again (round 1's ranks gone), round 2 still moves above it: each round has a port of its
+    own, whatever was busy when."""
+    with socket.socket() as held:
+        held.bind(("0.0.0.0", 0))
+        held.listen()
+        busy = held.getsockname()[1]
+        planned = {"MASTER_PORT": str(busy - 1)}
+        one = int(round_ports(planned, ("MASTER_PORT",), 1)["MASTER_PORT"])
+    assert one > busy
+    # Round 2's first choice without the round before's port would be planned + 2 <= `one`.
+    two = int(round_ports(planned, ("MASTER_PORT",), 2, before={"MASTER_PORT": one})["MASTER_PORT"])
+    assert two > one
+    three = round_ports(planned, ("MASTER_PORT",), 3, before={"MASTER_PORT": two})
+    assert int(three["MASTER_PORT"]) > two
+
+
 def test_the_words_of_a_round_name_its_cause() -> None:
     rank = Failure(node=1, rank=3, exit_code=1, name="rank3")
     assert describe_cause(rank) == "node 1 rank 3 exit 1"

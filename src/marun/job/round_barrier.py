@@ -144,7 +144,9 @@ def _failed(job: JobState, why: str) -> None:
 
 def _start(job: JobState) -> None:
     job.rounds[-1].stopped_at = job.wall
-    moved = round_ports(job.ports, tuple(job.ports), job.round, avoid=job.coord.port)
+    moved = round_ports(
+        job.ports, tuple(job.ports), job.round, avoid=job.coord.port, before=job.round_ports
+    )
     job.round_ports = {k: int(v) for k, v in moved.items()}
     for key, member in job.members.items():
         member.idle = 0.0

@@ -58,12 +58,19 @@ def planned_ports(processes: Iterable[ProcessSpec], names: tuple[str, ...]) -> d
 
 
 def round_ports(
-    planned: Mapping[str, str], names: tuple[str, ...], round_: int, avoid: int = 0
+    planned: Mapping[str, str],
+    names: tuple[str, ...],
+    round_: int,
+    avoid: int = 0,
+    before: Mapping[str, int] | None = None,
 ) -> dict[str, str]:
     """The ports of round `round_` >= 1 for the variables `names` (their round-0 values in
-    `planned`): the first port free on this node from the planned one + `round_` upward, never
-    `avoid` (the job's own port) nor one given to another variable of the round. Round 0 keeps
-    the plan's (marun run checked them free before anything started)."""
+    `planned`): the first port free on this node from the planned one + `round_` upward, and
+    above the one the variable had in the round before (`before`), never `avoid` (the job's own
+    port) nor one given to another variable of the round. Round 0 keeps the plan's (marun run
+    checked them free before anything started). Above the round before's: when planned + 1 was
+    busy at round 1 (so it took planned + 2), round 2's first choice, planned + 2, is free again
+    once round 1's ranks are gone, and two rounds would share a rendezvous port."""
     from marun.inputs.port_probe import bind_error
 
     out: dict[str, str] = {}
@@ -76,7 +83,8 @@ def round_ports(
         if round_ == 0:
             out[name] = str(base)
             continue
-        for port in range(base + round_, min(base + round_ + _PORT_TRIES, PORT_MAX + 1)):
+        first = max(base + round_, (before or {}).get(name, 0) + 1)
+        for port in range(first, min(first + _PORT_TRIES, PORT_MAX + 1)):
             if port not in taken and bind_error(port) is None:
                 out[name] = str(port)
                 taken.add(port)
