@@ -570,8 +570,10 @@ class Running:
 
 
 def start_case(case: Case, command: str, work: Path, ports: Mapping[str, str]) -> Running:
-    """Fork `marun COMMAND ARGS` for `case` in `work` (its own run directory: TMPDIR)."""
-    from marun.command.cli import main
+    """Fork `marun COMMAND ARGS` for `case` in `work` (its own run directory: TMPDIR). The
+    child calls the `marun` command's own entry point: a well-formed `marun run` takes its
+    typer-free path there (marun.run_argv), as in a container; the rest is the typer CLI's."""
+    from marun.command.entry import main
 
     case_dir = work / "case"
     case_dir.mkdir()

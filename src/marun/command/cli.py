@@ -408,12 +408,15 @@ def main(argv: Optional[list[str]] = None) -> None:
     code 2 for bad input: marun's own checks and the command-line parser's alike (typer would
     draw a five-line box)."""
     words = sys.argv[1:] if argv is None else argv
-    unknown = unknown_option(app, words)
+    # typer builds the click command from every function's signature (inspect, type hints):
+    # about 10 ms of a `marun plan`, so once here, for the check below and the call after it.
+    command = typer.main.get_command(app)
+    unknown = unknown_option(command, words)
     if unknown:
         sys.stderr.write(f"marun: error: {unknown}\n")
         sys.exit(2)
     try:
-        code = app(args=argv, prog_name="marun", standalone_mode=False)
+        code = command.main(args=argv, prog_name="marun", standalone_mode=False)
     except MarunError as exc:
         sys.stderr.write(f"marun: error: {exc}\n")
         sys.exit(exc.exit_code)

@@ -271,13 +271,13 @@ PreflightOpt = Annotated[
 ]
 
 
-def unknown_option(app: typer.Typer, words: "list[str]") -> Optional[str]:
+def unknown_option(group: object, words: "list[str]") -> Optional[str]:
     """An option the command does not have, before its script (`marun plan --nproc 2 -- x.py`):
     the message, with the nearest option, instead of the option being taken for the script.
-    Options end at `--` or at the first word that is not an option or an option's value."""
+    Options end at `--` or at the first word that is not an option or an option's value.
+    `group` is the click group typer built from the app (marun.command.cli.main builds it once)."""
     import difflib
 
-    group = typer.main.get_command(app)
     name = words[0] if words else ""
     command = getattr(group, "commands", {}).get(name)
     if command is None:
