@@ -217,7 +217,7 @@ def test_the_dry_run_shows_the_restart_rounds_rule_and_round_0(tmp_path: Path) -
     assert (
         "max_restarts 2 (job-wide rounds; none after exit 3,4; none after two failures within "
         "30s of a round's start; each round k >= 1 moves MASTER_PORT to the first free port "
-        "from its planned value + k, on node 0)"
+        "from its planned value + k and above round k-1's, on node 0)"
     ) in res.stdout
     # With rounds, even one process is supervised (a round restarts it), told its round.
     assert "marun supervises" in res.stdout and "marun execs" not in res.stdout

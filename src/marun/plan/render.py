@@ -132,7 +132,7 @@ def _rounds(watching: dict[str, Any]) -> str:
     if watching["round_ports"]:
         text += (
             f"; each round k >= 1 moves {','.join(watching['round_ports'])} to the first free "
-            "port from its planned value + k, on node 0"
+            "port from its planned value + k and above round k-1's, on node 0"
         )
     return text + ")"
 
