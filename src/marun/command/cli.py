@@ -409,7 +409,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     draw a five-line box)."""
     words = sys.argv[1:] if argv is None else argv
     # typer builds the click command from every function's signature (inspect, type hints):
-    # about 10 ms of a `marun plan`, so once here, for the check below and the call after it.
+    # once here, for the check below and the call after it (built twice, a `marun plan` took
+    # about 40 ms more on the test machine).
     command = typer.main.get_command(app)
     unknown = unknown_option(command, words)
     if unknown:
