@@ -126,6 +126,15 @@ class AscendJob:
             assert all(s.proc.poll() is None for s in self.starts.values()), self.report()
             time.sleep(0.1)
 
+    def wait_for_line(self, rank: int, text: str) -> None:
+        """Until rank `rank`'s marun has printed `text` on its console; every marun stays up
+        meanwhile."""
+        end = time.monotonic() + DEADLINE
+        while text not in self.starts[rank].output:
+            assert time.monotonic() < end, f"no {text!r} from rank {rank}\n{self.report([rank])}"
+            assert all(s.proc.poll() is None for s in self.starts.values()), self.report()
+            time.sleep(0.1)
+
     def finish(self, ranks: list[int] | None = None) -> dict[int, int]:
         deadline = time.monotonic() + DEADLINE
         chosen = [self.starts[r] for r in (ranks if ranks is not None else sorted(self.starts))]

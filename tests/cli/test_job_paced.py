@@ -3,7 +3,8 @@ run` processes, more than PACED_FROM, so node 0's loop takes a turn at most ever
 once every member runs (marun.job.coordinator). What the pacing must not change, tested at once:
 - a pod deleted while the job runs (node 20's 8 maruns and their ranks SIGKILLed) and recreated
   with the same index (8 new maruns): node 0 finds the node lost, starts round 1, and the new
-  maruns join it with every other rank;
+  maruns join it with every other rank, which node 0's console says once every node's `running`
+  has reached it;
 - the platform deleting the job while round 1 runs (SIGTERM to every marun at once): every marun
   exits 143, and no rank is left running.
 How long the stop took is printed, not asserted (the deadline only catches a hang)."""
@@ -56,6 +57,10 @@ def test_a_recreated_pod_then_the_jobs_deletion_while_node_0_is_paced(tmp_path: 
             job.starts[rank].proc.wait()
         job.start_server(RECREATED, ["sh", "-c", RANKS], options)
         job.wait_up(up / "round1")
+        # Every rank's file is there once it runs; node 0 announces the round only when every
+        # node's `running` has reached it, which on a loaded host comes seconds later: the job
+        # is deleted after that, so the test does not race node 0's view of the round.
+        job.wait_for_line(0, f"round 1/1 after node {RECREATED} ")
         assert all(s.proc.poll() is None for s in job.starts.values()), job.report()
 
         stopped = time.monotonic()
@@ -68,7 +73,6 @@ def test_a_recreated_pod_then_the_jobs_deletion_while_node_0_is_paced(tmp_path: 
         report = job.job_json()
         (round1,) = report["rounds"]  # type: ignore[misc]
         assert f"node {RECREATED}" in str(round1["cause"]), round1
-        assert f"round 1/1 after node {RECREATED} " in job.starts[0].output, job.report([0])
         print(f"{job.size} maruns, paced: a pod recreated, round 1, all stopped in {took:.2f}s")
     finally:
         job.kill_all()
