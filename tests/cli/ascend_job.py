@@ -92,7 +92,10 @@ class AscendJob:
                     # hundreds of maruns on 2 shared cores: a rank told to stop by a round may
                     # not run for 20 s (one that outlives SIGKILL fails the round)
                     "MARUN_GRACE_PERIOD": "30",
-                    "MARUN_ARRIVAL_TIMEOUT": "180",
+                    # 512 maruns spawned one by one on 2 busy cores arrive over about 150 s
+                    # (153 s in a CI run; node 0's start to the last node_arrived): a hang
+                    # guard well above that, not a limit the job should come near
+                    "MARUN_ARRIVAL_TIMEOUT": "400",
                     "MARUN_PEER_TIMEOUT": "60",
                     **self.extra,
                 }
