@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import os
 
+from marun.runtime.reaper import stat_fields
+
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def _stat(pid: str) -> tuple[int, float] | None:
     """(parent pid, CPU seconds of the process and its reaped children)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-    except OSError:
+    fields = stat_fields(pid)
+    if fields is None:
         return None
-    fields = data.rsplit(b")", 1)[-1].split()
     try:
         ppid = int(fields[1])
         ticks = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime

@@ -136,36 +136,39 @@ def _listed_children() -> set[int] | None:
     """The children of this process's threads from /proc/self/task/*/children, or None where
     the kernel has no such file (built without CONFIG_PROC_CHILDREN). A list read while a child
     comes or goes may miss one: every caller asks again within a tick, while children are left."""
-    try:
-        with open(f"/proc/self/task/{os.getpid()}/children", "rb") as fh:
-            found = {int(p) for p in fh.read().split()}
-    except (OSError, ValueError):
-        return None
+    me = str(os.getpid())
     try:
         tasks = os.listdir("/proc/self/task")
     except OSError:
         return None
+    found: set[int] = set()
     for tid in tasks:
-        if tid == str(os.getpid()):
-            continue
         try:
             with open(f"/proc/self/task/{tid}/children", "rb") as fh:
                 found.update(int(p) for p in fh.read().split())
         except (OSError, ValueError):
-            continue  # the thread ended meanwhile
+            if tid == me:  # the main thread runs this marun: its list is missing, not gone
+                return None
+            continue  # another thread ended meanwhile
     return found
 
 
-def _stat_of(pid: int) -> tuple[int, int] | None:
-    """(ppid, pgid) of one process, or None when it is gone."""
+def stat_fields(pid: int | str) -> list[bytes] | None:
+    """The fields of /proc/PID/stat after the command name (the process's state first), or None
+    when it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             stat = fh.read()
     except OSError:
         return None
     # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    if len(fields) < 3:
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
+def _stat_of(pid: int) -> tuple[int, int] | None:
+    """(ppid, pgid) of one process, or None when it is gone."""
+    fields = stat_fields(pid)
+    if fields is None or len(fields) < 3:
         return None
     return int(fields[1]), int(fields[2])
 
