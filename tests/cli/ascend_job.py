@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,18 +124,23 @@ class AscendJob:
     def wait_up(self, up: Path) -> None:
         """Until every rank has written its file into `up` (the ranks' own doing); every marun
         stays up meanwhile."""
-        end = time.monotonic() + DEADLINE
-        while not up.is_dir() or len(list(up.iterdir())) < self.size:
-            assert time.monotonic() < end, f"{up.name}: not every rank came up\n{self.report()}"
-            assert all(s.proc.poll() is None for s in self.starts.values()), self.report()
-            time.sleep(0.1)
+        self._wait(
+            lambda: up.is_dir() and len(list(up.iterdir())) >= self.size,
+            lambda: f"{up.name}: not every rank came up\n{self.report()}",
+        )
 
     def wait_for_line(self, rank: int, text: str) -> None:
         """Until rank `rank`'s marun has printed `text` on its console; every marun stays up
         meanwhile."""
+        self._wait(
+            lambda: text in self.starts[rank].output,
+            lambda: f"no {text!r} from rank {rank}\n{self.report([rank])}",
+        )
+
+    def _wait(self, done: Callable[[], bool], missing: Callable[[], str]) -> None:
         end = time.monotonic() + DEADLINE
-        while text not in self.starts[rank].output:
-            assert time.monotonic() < end, f"no {text!r} from rank {rank}\n{self.report([rank])}"
+        while not done():
+            assert time.monotonic() < end, missing()
             assert all(s.proc.poll() is None for s in self.starts.values()), self.report()
             time.sleep(0.1)
 
