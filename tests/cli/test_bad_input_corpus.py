@@ -531,7 +531,15 @@ def _port_env() -> dict[str, str]:
     }
 
 
+# A case that has not ended after CASE_TIMEOUT is hung unless it is still working: its session
+# (the case and all it started) gained CPU time since the last look. The slow lane runs beside
+# other groups (one of them starts 512 maruns at once), and on two cores a case that needs 2
+# CPU-s may get them over more than a minute; starved is not hung. A case that works on past
+# CASE_CPU_LIMIT, or is not done by CASE_WALL_LIMIT, is hung all the same (a busy loop).
 CASE_TIMEOUT = 60.0
+CASE_RECHECK = 15.0
+CASE_CPU_LIMIT = 30.0
+CASE_WALL_LIMIT = 600.0
 
 
 @dataclass
@@ -567,6 +575,36 @@ class Running:
     pid: int
     work: Path
     deadline: float
+    started: float = 0.0
+    cpu: float = 0.0  # the session's CPU seconds at the last look past the deadline
+
+
+def session_cpu(sid: int) -> float:
+    """CPU seconds of every process in session `sid` (its leader's reaped children included)."""
+    from marun.runtime.reaper import stat_fields
+
+    ticks = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        fields = stat_fields(entry)
+        if fields is None or len(fields) < 15 or int(fields[3]) != sid:
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        if int(entry) == sid:
+            ticks += int(fields[13]) + int(fields[14])  # cutime, cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def still_working(run: Running, now: float) -> bool:
+    """Past its deadline: whether the case gained CPU time since the last look (then it is
+    looked at again CASE_RECHECK later), within CASE_CPU_LIMIT and CASE_WALL_LIMIT."""
+    cpu = session_cpu(run.pid)
+    working = run.cpu < cpu < CASE_CPU_LIMIT and now - run.started < CASE_WALL_LIMIT
+    run.cpu = cpu
+    if working:
+        run.deadline = now + CASE_RECHECK
+    return working
 
 
 def start_case(case: Case, command: str, work: Path, ports: Mapping[str, str]) -> Running:
@@ -614,7 +652,8 @@ def start_case(case: Case, command: str, work: Path, ports: Mapping[str, str]) -
             sys.stderr.flush()
         finally:
             os._exit(code)
-    return Running(pid, work, time.monotonic() + CASE_TIMEOUT)
+    now = time.monotonic()
+    return Running(pid, work, now + CASE_TIMEOUT, started=now)
 
 
 def poll_case(run: Running) -> Outcome | None:
@@ -623,7 +662,7 @@ def poll_case(run: Running) -> Outcome | None:
     done, status = os.waitpid(run.pid, os.WNOHANG)
     if done:
         code = os.waitstatus_to_exitcode(status)
-    elif time.monotonic() > run.deadline:
+    elif time.monotonic() > run.deadline and not still_working(run, time.monotonic()):
         os.killpg(run.pid, signal.SIGKILL)
         os.waitpid(run.pid, 0)
     else:
@@ -667,7 +706,7 @@ def run_cases(
 def judge(case: Case, command: str, o: Outcome) -> str | None:
     """What is wrong with an outcome, or None."""
     if o.code is None:
-        return f"hung (killed after {CASE_TIMEOUT:g}s)"
+        return f"hung (killed: no CPU progress after {CASE_TIMEOUT:g}s, or a busy loop)"
     if "Traceback" in o.stderr:
         return "traceback:\n" + o.stderr[-1500:]
     if o.code == 2:

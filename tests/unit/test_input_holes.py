@@ -138,6 +138,24 @@ def test_config_nested_too_deeply(tmp_path: Path) -> None:
     _fails_in_one_line(_plan(tmp_path), "marun.yaml")
 
 
+@pytest.mark.parametrize("loader", ["libyaml", "pure Python"])
+def test_config_nested_too_deeply_with_either_loader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, loader: str
+) -> None:
+    """libyaml (in PyYAML's wheels, so the loader marun uses) stops at its nesting limit; the
+    pure parser, where a PyYAML is built without it, stops at Python's recursion limit. Either
+    way the same line."""
+    import yaml
+
+    if loader == "libyaml":
+        assert hasattr(yaml, "CSafeLoader"), "PyYAML without libyaml: its wheels ship it"
+    else:
+        monkeypatch.delattr(yaml, "CSafeLoader")
+    (tmp_path / "marun.yaml").write_text("[" * 1500 + "]" * 1500 + "\n")
+    with pytest.raises(InputError, match=r"marun\.yaml: nested too deeply: expected a plain"):
+        load_settings({}, {}, str(tmp_path))
+
+
 def test_config_too_large_is_not_read(tmp_path: Path) -> None:
     big = tmp_path / "marun.yaml"
     with open(big, "wb") as fh:  # sparse: the size is what counts, nothing is written
