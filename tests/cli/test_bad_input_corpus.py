@@ -531,8 +531,8 @@ def _port_env() -> dict[str, str]:
     }
 
 
-# A case that has not ended after CASE_TIMEOUT is hung unless it is still working: its session
-# (the case and all it started) gained CPU time since the last look. The slow lane runs beside
+# A case that has not ended after CASE_TIMEOUT is hung unless it is still working: it, or what
+# it started, gained CPU time since the last look. The slow lane runs beside
 # other groups (one of them starts 512 maruns at once), and on two cores a case that needs 2
 # CPU-s may get them over more than a minute; starved is not hung. A case that works on past
 # CASE_CPU_LIMIT, or is not done by CASE_WALL_LIMIT, is hung all the same (a busy loop).
@@ -576,30 +576,24 @@ class Running:
     work: Path
     deadline: float
     started: float = 0.0
-    cpu: float = 0.0  # the session's CPU seconds at the last look past the deadline
+    cpu: float = 0.0  # the case's CPU seconds at the last look past the deadline
 
 
-def session_cpu(sid: int) -> float:
-    """CPU seconds of every process in session `sid` (its leader's reaped children included)."""
+def case_cpu(pid: int) -> float:
+    """CPU seconds of the case (its reaped children included) and of everything living below
+    it, read as the hang watchdog reads its ranks' (marun.job.cputime)."""
+    from marun.job.cputime import descendants_cpu
     from marun.runtime.reaper import stat_fields
 
-    ticks = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        fields = stat_fields(entry)
-        if fields is None or len(fields) < 15 or int(fields[3]) != sid:
-            continue
-        ticks += int(fields[11]) + int(fields[12])  # utime, stime
-        if int(entry) == sid:
-            ticks += int(fields[13]) + int(fields[14])  # cutime, cstime
-    return ticks / os.sysconf("SC_CLK_TCK")
+    fields = stat_fields(pid) or []
+    own = sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime ... cstime
+    return own + (descendants_cpu(pid) or 0.0)
 
 
 def still_working(run: Running, now: float) -> bool:
     """Past its deadline: whether the case gained CPU time since the last look (then it is
     looked at again CASE_RECHECK later), within CASE_CPU_LIMIT and CASE_WALL_LIMIT."""
-    cpu = session_cpu(run.pid)
+    cpu = case_cpu(run.pid)
     working = run.cpu < cpu < CASE_CPU_LIMIT and now - run.started < CASE_WALL_LIMIT
     run.cpu = cpu
     if working:

@@ -22,7 +22,7 @@ from marun.inputs.numbers import (
     parse_int,
     parse_seconds,
 )
-from marun.inputs.textfile import parse_guarded, read_input_text
+from marun.inputs.textfile import nested_too_deeply, parse_guarded, read_input_text
 
 # The ECDHE AES-GCM suites of MindSpore's documented example: MindSpore 2.10 refuses its DHE-RSA
 # ones ("The cipher is wrong" from init()), so they are left out.
@@ -223,9 +223,7 @@ def _read_file(path: Path) -> dict[str, Any]:
         data = parse_guarded(lambda t: yaml.load(t, Loader=loader), text, f"config file {path}")
     except yaml.YAMLError as exc:
         if "nesting depth" in str(getattr(exc, "problem", "")):  # libyaml's limit (1,000 deep)
-            raise InputError(
-                f"config file {path}: nested too deeply: expected a plain document"
-            ) from None
+            raise nested_too_deeply(f"config file {path}") from None
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise InputError(f"config file {path}: not valid YAML{where}") from None

@@ -48,4 +48,10 @@ def parse_guarded(parse: Callable[[str], T], text: str, what: str) -> T:
     try:
         return parse(text)
     except RecursionError:
-        raise InputError(f"{what}: nested too deeply: expected a plain document") from None
+        raise nested_too_deeply(what) from None
+
+
+def nested_too_deeply(what: str) -> InputError:
+    """The one line for a document nested past what its parser takes (Python's recursion limit,
+    or a parser's own limit such as libyaml's)."""
+    return InputError(f"{what}: nested too deeply: expected a plain document")
