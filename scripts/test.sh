@@ -39,6 +39,14 @@ frameworks_pid=""
 cpu_pid=""
 docs_pid=""
 CPU_TESTS=(tests/cli/test_job_interleavings_many.py tests/cli/test_bad_input_corpus.py)
+# Then, in the same background pytest, once those are done (about 20 minutes in), slow-lane tests
+# of real maruns on the loopback that need no framework venv, no image, no network namespace and
+# no port but those MARUN_SIM_PORTS gives them (probes of a fixed port bind with SO_REUSEADDR and
+# never listen): they run beside the slow lane's end-to-end tests, which used one core of two
+# alone for the last 10 to 12 minutes of a run (/proc/stat sampled every 5 s on 2026-11-28).
+BESIDE_TESTS=(tests/cli/test_job_combined.py tests/cli/test_job_hostile.py
+  tests/cli/test_job_coordination.py tests/cli/test_supervisor.py tests/cli/test_soak.py
+  tests/cli/test_simulate.py tests/cli/test_direct_logs.py tests/cli/test_spares.py)
 # Once the framework venvs are there: the commands of the docs and of `--help`, run as written
 # (simulated jobs of every engine; nothing timed), in a second background pytest.
 DOCS_TESTS=(tests/cli/test_docs_commands.py tests/cli/test_help_examples.py)
@@ -55,9 +63,9 @@ if [ "$fast_only" = 0 ]; then
   bash scripts/frameworks.sh all > .cache/frameworks.log 2>&1 &
   frameworks_pid=$!
   if [ $# -eq 0 ]; then
-    echo "[test] slow lane: ${CPU_TESTS[*]}, in the background (log: .cache/cpu-tests.log)"
+    echo "[test] slow lane: ${CPU_TESTS[*]}, then ${BESIDE_TESTS[*]}, in the background (log: .cache/cpu-tests.log)"
     MARUN_CORPUS_SLOTS=1 MARUN_SIM_PORTS=$CPU_PORTS .venv/bin/pytest -p no:cacheprovider --basetemp=/tmp/marun-cpu-tests \
-      --durations=5 "${CPU_TESTS[@]}" > .cache/cpu-tests.log 2>&1 &
+      --durations=10 "${CPU_TESTS[@]}" "${BESIDE_TESTS[@]}" > .cache/cpu-tests.log 2>&1 &
     cpu_pid=$!
   fi
   trap 'for p in $images_pid $frameworks_pid $cpu_pid $docs_pid; do kill "$p" 2>/dev/null || true; done' EXIT
@@ -110,7 +118,7 @@ echo "[test] slow lane: tests/cli tests/e2e"
 # The 15 slowest tests, so the next engineer sees where the time goes.
 ignored=()
 if [ -n "$cpu_pid" ]; then
-  for t in "${CPU_TESTS[@]}" "${DOCS_TESTS[@]}"; do ignored+=(--ignore "$t"); done
+  for t in "${CPU_TESTS[@]}" "${BESIDE_TESTS[@]}" "${DOCS_TESTS[@]}"; do ignored+=(--ignore "$t"); done
 fi
 slow_rc=0
 .venv/bin/pytest --durations=15 tests/cli tests/e2e "${ignored[@]}" "$@" || slow_rc=$?
@@ -131,7 +139,7 @@ if [ -n "$docs_pid" ]; then
   cat .cache/docs-tests.log
 fi
 if [ "$slow_rc" != 0 ] || [ "$cpu_rc" != 0 ] || [ "$docs_rc" != 0 ]; then
-  echo "[test] FAILED: tests/cli tests/e2e exit $slow_rc; ${CPU_TESTS[*]} exit $cpu_rc;" \
+  echo "[test] FAILED: tests/cli tests/e2e exit $slow_rc; ${CPU_TESTS[*]} ${BESIDE_TESTS[*]} exit $cpu_rc;" \
     "${DOCS_TESTS[*]} exit $docs_rc"
   exit 1
 fi
