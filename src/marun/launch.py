@@ -14,13 +14,15 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
 
 from marun.inputs.injected import Platform
 from marun.plan.launch_plan import LaunchPlan
 from marun.plan.modes import Planner
 
+TYPE_CHECKING = False  # typing's, without importing typing on the path to exec (mypy: True)
 if TYPE_CHECKING:  # a single-node job loads nothing of the job's link
+    from typing import Any
+
     from marun.runtime.joblink import JobLink
 
 

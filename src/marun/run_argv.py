@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional
+
+TYPE_CHECKING = False  # typing's, without importing typing on the path to exec (mypy: True)
+if TYPE_CHECKING:
+    from typing import Any
 
 # option -> (parameter name, kind). Kinds: "str" (numbers too: the settings parser checks them,
 # on both paths), "mode" (a value), "flag"
@@ -90,7 +93,7 @@ MODE_VALUES = ("auto", "ascend", "mindspore", "pytorch", "tensorflow", "mpi")
 class RunArgs:
     command: list[str] = field(default_factory=list)
     mode: str = "auto"
-    config: Optional[str] = None
+    config: str | None = None
     supervise: bool = False
     verbose: bool = False
     settings: dict[str, Any] = field(default_factory=dict)  # the Settings options, None: not given

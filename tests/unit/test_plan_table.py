@@ -11,7 +11,7 @@ from typing import Any
 
 from conftest import run_marun
 from marun.plan.launch_plan import LaunchPlan
-from marun.plan.render import render_table
+from marun.plan.render_table import render_table
 
 SCREEN = 60  # lines: a terminal, or a page of a report
 INIT = ["--init_method", "tcp://127.0.0.1:29500", "--rank", "0", "--world_size", "2"]

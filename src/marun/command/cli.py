@@ -141,7 +141,7 @@ def plan(
     does not resolve yet is not waited for)."""
     from marun.launch import plan_from_environment
     from marun.log import set_verbose
-    from marun.plan.render import render
+    from marun.plan.render_table import render
 
     set_verbose(verbose)
     chosen = fmt.value if fmt else ("table" if sys.stdout.isatty() else "json")

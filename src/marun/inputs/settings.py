@@ -10,8 +10,6 @@ import os
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
-from typing import Any
 
 from marun.errors import InputError, bad_value
 from marun.inputs.numbers import (
@@ -23,6 +21,10 @@ from marun.inputs.numbers import (
     parse_seconds,
 )
 from marun.inputs.textfile import nested_too_deeply, parse_guarded, read_input_text
+
+TYPE_CHECKING = False  # typing's, without importing typing on the path to exec (mypy: True)
+if TYPE_CHECKING:
+    from typing import Any
 
 # The ECDHE AES-GCM suites of MindSpore's documented example: MindSpore 2.10 refuses its DHE-RSA
 # ones ("The cipher is wrong" from init()), so they are left out.
@@ -200,21 +202,21 @@ def _coerce(name: str, value: Any, where: str) -> Any:
     raise bad_value(where, value, f"a value of type {kind}")
 
 
-def find_config_file(explicit: str | None, env: Mapping[str, str], cwd: str) -> Path | None:
+def find_config_file(explicit: str | None, env: Mapping[str, str], cwd: str) -> str | None:
+    # Paths as strings, not pathlib's: pathlib (with urllib.parse, ipaddress) is 10 ms of
+    # imports on the path to exec.
     if explicit:
-        return Path(explicit)
+        return explicit
     if env.get("MARUN_CONFIG"):
-        return Path(env["MARUN_CONFIG"])
-    default = Path(cwd) / "marun.yaml"
+        return env["MARUN_CONFIG"]
+    default = os.path.join(cwd, "marun.yaml")
     return default if os.path.isfile(default) else None
 
 
-def _read_file(path: Path) -> dict[str, Any]:
+def _read_file(path: str) -> dict[str, Any]:
     import yaml  # lazy: only when a config file exists
 
-    text = read_input_text(
-        str(path), "config file", "a YAML file of settings", limit=MAX_CONFIG_BYTES
-    )
+    text = read_input_text(path, "config file", "a YAML file of settings", limit=MAX_CONFIG_BYTES)
     # libyaml's loader where the wheel ships it (PyPI's x86_64 and aarch64 wheels do): the pure
     # Python scanner is quadratic in flow nesting, 1.9 CPU-s to refuse a 10 kB `[[[[...]]]]`,
     # where libyaml stops at its nesting limit in milliseconds. Same resolver, same values.
@@ -257,7 +259,7 @@ def _refuse_near_miss(env: Mapping[str, str]) -> None:
 @dataclass(frozen=True)
 class LoadedSettings:
     settings: Settings
-    file: Path | None = None
+    file: str | None = None
     sources: Mapping[str, str] = field(default_factory=dict)  # key -> "file" | "env" | "cli"
 
 

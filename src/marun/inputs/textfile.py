@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TypeVar
 
 from marun.errors import InputError, bad_value
 
+TYPE_CHECKING = False  # typing's, without importing typing on the path to exec (mypy: True)
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    T = TypeVar("T")
+
 MAX_INPUT_BYTES = 16 * 1024 * 1024  # a rank table of 100000 devices is about 10 MiB
-T = TypeVar("T")
 
 
 def read_input_text(path: str, what: str, expected: str, limit: int = MAX_INPUT_BYTES) -> str:

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+
+TYPE_CHECKING = False  # typing's, without importing typing on the path to exec (mypy: True)
+if TYPE_CHECKING:
+    from typing import Any
 
 # Where the job's shared secret comes from, in order (the secret itself never enters the plan).
 # The one spelling of the name: marun.job.protocol reads the secret from it.

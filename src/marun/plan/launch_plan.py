@@ -11,11 +11,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from marun.errors import InputError, bad_value
 from marun.plan.console_selection import ConsoleSelection
 from marun.plan.coordination import Coordination, JobShape, coordination_from_dict
+
+TYPE_CHECKING = False  # typing's, without importing typing on the path to exec (mypy: True)
+if TYPE_CHECKING:
+    from typing import Any
 
 SCHEMA_VERSION = 1
 

@@ -6,7 +6,6 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from marun._files import atomic_write, private_dir
 from marun.errors import InputError, MarunError
@@ -20,6 +19,7 @@ from marun.plan.launch_plan import (
     plan_file_name,
 )
 
+TYPE_CHECKING = False  # typing's, without importing typing on the path to exec (mypy: True)
 if TYPE_CHECKING:  # a single-node job loads nothing of the job's link
     from marun.runtime.joblink import JobLink
     from marun.runtime.output import Console

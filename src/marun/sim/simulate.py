@@ -376,7 +376,7 @@ def simulate(request: SimulateRequest) -> int:
     if request.show_plan or request.full_plan:
         job = job_plan(request.mode, platform, outer)
         if request.full_plan:
-            from marun.plan.render import render_table
+            from marun.plan.render_table import render_table
 
             sys.stdout.write(render_table(job, brief_after=4) + "\n")
         else:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from marun.errors import InputError, bad_value
 from marun.inputs.injected import Platform
 from marun.plan.build_coordination import coordination_for
 from marun.plan.launch_plan import LaunchPlan, Supervision, execs_lone_process
 
+TYPE_CHECKING = False  # typing's, without importing typing on the path to exec (mypy: True)
 if TYPE_CHECKING:
     from marun.plan.coordination import Coordination
     from marun.plan.spares import Layout
