@@ -129,12 +129,13 @@ class AscendJob:
             lambda: f"{up.name}: not every rank came up\n{self.report()}",
         )
 
-    def wait_for_line(self, rank: int, text: str) -> None:
-        """Until rank `rank`'s marun has printed `text` on its console; every marun stays up
-        meanwhile."""
+    def wait_for_line(self, rank: int, text: str, *others: str) -> None:
+        """Until rank `rank`'s marun has printed `text` (or one of `others`) on its console;
+        every marun stays up meanwhile."""
+        texts = (text, *others)
         self._wait(
-            lambda: text in self.starts[rank].output,
-            lambda: f"no {text!r} from rank {rank}\n{self.report([rank])}",
+            lambda: any(t in self.starts[rank].output for t in texts),
+            lambda: f"none of {texts!r} from rank {rank}\n{self.report([rank])}",
         )
 
     def _wait(self, done: Callable[[], bool], missing: Callable[[], str]) -> None:
