@@ -142,7 +142,12 @@ def test_a_lone_process_is_supervised_not_execd_when_marun_is_pid_1(tmp_path: Pa
     try:
         marun = wait_until(lambda: _children(outer.pid), "marun inside the namespace")[0]
         child = wait_until(lambda: _children(marun), "the lone rank under marun")[0]
-        assert "python" in Path(f"/proc/{child}/cmdline").read_text()
+        # Read while the rank is inside execve, cmdline is empty (the new image's argument area
+        # is not set yet): wait for the exec to finish rather than read that window.
+        cmdline = wait_until(
+            lambda: Path(f"/proc/{child}/cmdline").read_text(), "the rank's exec to finish"
+        )
+        assert "python" in cmdline
         wait_until(lambda: "pid" in (tmp_path / "out").read_text(), "the rank's first line")
         os.kill(marun, signal.SIGTERM)
         assert outer.wait(timeout=15) == 128 + signal.SIGTERM
