@@ -9,7 +9,7 @@ import signal
 from pathlib import Path
 
 from marun.job.actions import Action, Announce, Bind, Broadcast, Refuse, Send, TurnAway, WriteReport
-from marun.job.machine import CLOSED_LOST, JobMachine
+from marun.job.machine import CLOSED_LOST, LOOK, JobMachine
 from marun.job.member_machine import Disconnect, MemberMachine, Push
 from marun.job.messages import (
     Done,
@@ -129,6 +129,66 @@ def test_a_closed_connection_without_a_goodbye_is_lost_after_closed_lost_unless_
     m.closed("c1b", t + 2)
     out = m.tick(t + 2 + CLOSED_LOST + 0.1, WALL)
     assert _kinds(out) == ["stop"] and m.job.members[(1, 0)].outcome == "lost"
+
+
+def _started_tight() -> JobMachine:
+    """A job of 3 nodes with peer_timeout 3 s (the least allowed), every node heard at 2.0."""
+    m = JobMachine(_coord(peer_timeout=3.0), "leader", ports={}, now=0.0, wall=WALL)
+    for node in range(3):
+        m.hello(f"c{node}", f"10.0.0.{node + 1}", _hello(node), 1.0, WALL + 1)
+        m.message(f"c{node}", (node, 0), "hb", None, 2.0, WALL + 2)
+    assert m.job.phase is JobPhase.RUNNING
+    return m
+
+
+def test_node_0s_own_stall_is_not_its_members_silence() -> None:
+    """Node 0's marun frozen 2.0 s (its slot's last beat 0.5 s before): its own slot, frozen with
+    it, is not lost 1.1 s after the thaw, though 3.6 s passed since its last line; a node silent
+    for peer_timeout while node 0 ran still is."""
+    m = _started_tight()
+    assert m.stalled(LOOK - 0.1, 2.5, 2.5, WALL + 2.5) == []  # a short gap: not node 0's stall
+    assert m.job.not_run == 0.0
+    # frozen from 2.5 to 4.5; the others' lines waited in the sockets, read at the thaw
+    assert _kinds(m.stalled(2.0, 2.2, 4.5, WALL + 4.5)) == []  # they heard node 0 2.2 s ago
+    for node in (1, 2):
+        m.message(f"c{node}", (node, 0), "hb", None, 4.5, WALL + 4.5)
+    assert _kinds(m.tick(5.6, WALL + 5.6)) == []
+    assert all(member.outcome is None for member in m.job.members.values())
+    for node in (0, 2):  # node 1 says nothing more
+        m.message(f"c{node}", (node, 0), "hb", None, 7.0, WALL + 7.0)
+    assert _kinds(m.tick(7.4, WALL + 7.4)) == []  # 2.9 s of silence
+    out = m.tick(7.6, WALL + 7.6)
+    assert _kinds(out) == ["stop"] and m.job.members[(1, 0)].outcome == "lost"
+    assert m.job.first_failure is not None and m.job.first_failure.node == 1
+
+
+def test_node_0_frozen_near_peer_timeout_is_the_jobs_failure_in_its_own_words() -> None:
+    """Frozen 2.4 s with its last line to a member 2.7 s old (within GIVE_UP_MARGIN of
+    peer_timeout 3 s): the others give up on node 0 before its next line reaches them, so node 0
+    is the failure, said as its own stall, not as a lost node."""
+    m = _started_tight()
+    out = m.stalled(2.4, 2.7, 4.9, WALL + 4.9)
+    assert _kinds(out) == ["stop"]
+    failure = m.job.first_failure
+    assert failure is not None and failure.node == 0
+    assert "did not run for 2.4s" in (failure.why or "")
+    # not yet given up (2.7 s < 3 s): each says its own end when the stop reaches it
+    assert all(member.ended is None for member in m.job.members.values())
+
+    m = _started_tight()
+    m.stalled(2.9, 3.6, 5.4, WALL + 5.4)  # past peer_timeout: they gave up at 3.0 s of it
+    gave_up = WALL + 5.4 - 3.6 + 3.0
+    for node in (1, 2):
+        member = m.job.members[(node, 0)]
+        assert member.outcome == "lost" and member.ended == gave_up
+    assert m.job.members[(0, 0)].ended is None
+    # node 1's heartbeat, said before it gave up, read at the thaw; then its close: it still
+    # ended when it gave up, not when node 0 read its last line
+    m.message("c1", (1, 0), "hb", None, 5.4, WALL + 5.4)
+    m.closed("c1", 5.4)
+    m.tick(5.4 + CLOSED_LOST + 0.1, WALL + 7.1)
+    assert m.job.members[(1, 0)].outcome == "lost"
+    assert m.job.members[(1, 0)].ended == gave_up
 
 
 def test_a_frozen_node_that_comes_back_is_counted_again_and_the_job_ends_with_every_node() -> None:

@@ -10,10 +10,12 @@ Steps, in any order: rank exits with any code, stop signals (TERM, INT, HUP, QUI
 marun in any phase (node 0's too), ranks that ignore the stop signal (SIGKILL after
 grace_period), connections dropped (the same marun reconnects), a node's marun frozen past
 peer_timeout that resumes (the same instance), a node's marun killed and one started again for
-its index (a new instance), time passing; max_restarts 0 to 3.
+its index (a new instance), node 0's own marun frozen (1 s to past peer_timeout; thawed, its
+coordinator and its member run in either order), time passing; max_restarts 0 to 3.
 
 Invariants after every step: no machine raised, and (MARUN_STRICT_PHASES=1) no phase move
-outside a machine's table; rounds <= max_restarts; a stop signal to a node while the job is live
+outside a machine's table; rounds <= max_restarts; node 0 never lost to itself (its own stall is
+said as one); a stop signal to a node while the job is live
 stops the job at once with 128+N and no round begins after it. At the end (every node let run):
 every node's marun ends within a bounded time, each with the job's exit code (what node 0 told
 it in `done`), and job.json says that code and every round.
@@ -97,6 +99,7 @@ WALL = 1.7e9
 # waiting for a node that never comes back), peer_timeout (a silent one), grace and SIGKILL.
 SETTLE = ARRIVAL_TIMEOUT + 3 * PEER_TIMEOUT + 2 * GRACE + 60.0
 STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+CLOSED = b""  # in node 0's queue: the connection's close, seen once node 0 runs again
 
 
 def _coord(index: int, nodes: int = NODES, spares: int = 0) -> Coordination:
@@ -183,6 +186,9 @@ class WholeJob(RuleBasedStateMachine):
         self.signalled: tuple[int, int] | None = None  # (128+N, rounds then)
         self.interrupted: set[Marun] = set()  # stopped while waiting for the job's end
         self.left: set[Marun] = set()  # maruns signalled before they had a place
+        # Node 0's own marun frozen (SIGSTOP): it neither reads, ticks nor beats; closes wait.
+        self.leader_frozen = False
+        self.last_beat = self.now  # node 0's last heartbeat out (its shell's schedule)
         self._settle()
 
     def _coord_of(self, index: int) -> Coordination:
@@ -215,6 +221,9 @@ class WholeJob(RuleBasedStateMachine):
         marun_inbox.append((pipe, encode(SECRET, body)))
 
     def _leader_hears(self, pipe: Pipe, line: bytes) -> None:
+        if line == CLOSED:
+            self.job.closed(pipe, self.now)
+            return
         if not pipe.open:
             return
         try:
@@ -252,7 +261,10 @@ class WholeJob(RuleBasedStateMachine):
         if not pipe.open:
             return
         pipe.open = False
-        self.job.closed(pipe, self.now)
+        if self.leader_frozen:  # node 0 sees the close once it runs again
+            self.to_leader.append((pipe, CLOSED))
+        else:
+            self.job.closed(pipe, self.now)
         if pipe.marun.pipe is pipe:
             pipe.marun.pipe = None
 
@@ -380,7 +392,7 @@ class WholeJob(RuleBasedStateMachine):
         """Every line in flight delivered, both ways (the network is fast; time stands)."""
         for _ in range(50):
             moved = False
-            while self.to_leader:
+            while self.to_leader and not self.leader_frozen:
                 moved = True
                 self._leader_hears(*self.to_leader.popleft())
             for marun in self.maruns:
@@ -405,9 +417,12 @@ class WholeJob(RuleBasedStateMachine):
             for marun in self.maruns:
                 self._turn(marun)
                 self._settle()
+            if self.leader_frozen:
+                continue
             self._leader_does(self.job.tick(self.now, WALL + self.now))
             # node 0's heartbeats are its shell's (marun.job.wire's schedule): one each turn
             self._leader_does([Broadcast(LeaderBeat())])
+            self.last_beat = self.now
             self._settle()
 
     # -- the steps ------------------------------------------------------------------------------
@@ -483,6 +498,32 @@ class WholeJob(RuleBasedStateMachine):
         marun = self.maruns[self._not_0(index)]
         if marun.code is None:
             marun.frozen = True
+
+    @rule(
+        seconds=st.sampled_from([1.0, 2.0, 2.5, 4.0, 9.5, 12.0]),
+        member_first=st.booleans(),
+    )
+    def node_0_is_frozen(self, seconds: float, member_first: bool) -> None:
+        """Node 0's marun stopped (SIGSTOP) then continued: its coordinator and its own member
+        stand still; the others run on, and give up on node 0 after peer_timeout without a line
+        of it. Thawed, its two threads run in either order."""
+        own = self.maruns[0]
+        if own.code is not None:
+            return
+        own.frozen = self.leader_frozen = True
+        self._advance(seconds)
+        self.leader_frozen = False
+        if member_first:
+            own.frozen = False
+            self._turn(own)
+        # (the shell's: the oldest last line out to a member whose hello node 0 took; none, 0)
+        bound = any(isinstance(m.conn, Pipe) for m in self.job.job.members.values())
+        unheard = self.now - self.last_beat if bound else 0.0
+        self._leader_does(self.job.stalled(seconds, unheard, self.now, WALL + self.now))
+        self._settle()
+        own.frozen = False
+        self._turn(own)
+        self._settle()
 
     @rule(index=st.integers(1, MAX_NODES - 1))
     def resume(self, index: int) -> None:
@@ -563,6 +604,13 @@ class WholeJob(RuleBasedStateMachine):
             assert len(self.job.job.rounds) <= self.budget
 
     @invariant()
+    def node_0_is_never_lost_to_itself(self) -> None:
+        """Its slot freezes with it: node 0's own stall is said as such (`did not run for`)."""
+        failure = self.job.job.first_failure if hasattr(self, "job") else None
+        if failure is not None and failure.node == 0:
+            assert " lost: " not in (failure.why or ""), failure.why
+
+    @invariant()
     def no_round_after_a_stop_signal(self) -> None:
         if getattr(self, "signalled", None) is not None:
             assert self.signalled is not None
@@ -571,6 +619,7 @@ class WholeJob(RuleBasedStateMachine):
     def teardown(self) -> None:
         if not hasattr(self, "job"):
             return
+        self.leader_frozen = False
         for marun in self.maruns:
             marun.frozen = False
             marun.stubborn = False
@@ -579,7 +628,11 @@ class WholeJob(RuleBasedStateMachine):
         # At least one tick: the job's end is found on node 0's next tick, also when every
         # marun has already exited (the last `end` came in between ticks).
         self._advance(1.0)
-        while any(m.code is None for m in self.maruns) and waited < SETTLE:
+        # (and until node 0's machine is done: nodes that never arrived, having given up on a
+        # frozen node 0, are waited for LATE_WAIT after the stop, also once every marun exited)
+        while (
+            any(m.code is None for m in self.maruns) or self.job.job.phase is not JobPhase.DONE
+        ) and waited < SETTLE:
             self._advance(1.0)
             waited += 1.0
             for marun in self.maruns:  # the training ends: every rank that runs exits 0
@@ -592,7 +645,11 @@ class WholeJob(RuleBasedStateMachine):
                 holders.add(m)  # its place went to a spare: told to stop, its own code
             elif member is not None and member.leaving:
                 holders.add(m)  # it left its place on a stop signal node 0 heard late: its own
-        own = self.interrupted | self.left | holders
+        # Gave up on node 0 (frozen past peer_timeout): it left with its own code, never 0.
+        gave_up = {m for m in self.maruns if m.member.gave_up}
+        for m in gave_up:
+            assert m.code not in (None, 0), (m.index, m.code)
+        own = self.interrupted | self.left | holders | gave_up
         codes = {m.index: m.code for m in self.maruns if m not in own}
         for m in self.left & set(self.maruns):  # left a live job: its own code; else the job's
             assert m.code in (job.exit_code, m.own), (m.index, m.code, m.own, job.exit_code)

@@ -244,7 +244,7 @@ def lost(job: JobState, member: MemberState, why: str = "") -> None:
             job.stop(LOST_EXIT, unrestarted)
     # It ended when it was last heard of, not when node 0 noticed (node 0 may have been frozen
     # meanwhile).
-    member.ended = member.last_seen_wall or job.wall
+    member.ended = member.gave_up_at or member.last_seen_wall or job.wall
     member.outcome = "lost"
     member.lost_why = failure.why or ""
 

@@ -44,7 +44,7 @@ from marun.job.actions import (
 )
 from marun.job.conns import Conn, Lane, LaneBeat
 from marun.job.job_state import RoundRecord
-from marun.job.machine import STALL, JobMachine
+from marun.job.machine import LOOK, JobMachine
 from marun.job.messages import Beat, Hello, StopJob, beat_of, member_message
 from marun.job.phases import JobPhase
 from marun.job.protocol import new_nonce
@@ -247,7 +247,7 @@ class Coordinator:
         self.port.tick(now)  # hello time-outs, slow readers, heartbeats due (wire.py)
         # Frozen since the loop's last look (SIGSTOP between it and here): the nodes' silence is
         # node 0's own, which the next look (_check_stall) judges; none of them is lost for it.
-        frozen = now - self._last_run >= STALL
+        frozen = now - self._last_run >= LOOK
         self._apply(self.machine.tick(now, time.time(), frozen=frozen))
 
     def _check_stall(self) -> None:
@@ -255,9 +255,10 @@ class Coordinator:
         the machine judges what that means."""
         now = time.monotonic()
         last, self._last_run = self._last_run, now
-        if now - last >= STALL:
+        if now - last >= LOOK:
+            unheard = self.port.unheard(now)
             with self._lock:
-                self._apply(self.machine.stalled(now - last, now, time.time()))
+                self._apply(self.machine.stalled(now - last, unheard, now, time.time()))
 
     def _unexpected(self, exc: Exception, conn: Conn | None) -> None:
         """A bug, or something no test thought of: logged whole; the connection it came on is

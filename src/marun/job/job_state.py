@@ -73,6 +73,10 @@ class JobState:
         self.hb_every = job_interval(coord)  # both sides' heartbeat interval
         self.now, self.wall = now, wall
         self.t0, self.started_at = now, wall
+        # Seconds node 0's own marun did not run (gaps of LOOK or more between its loop's looks):
+        # `now` is the job's clock less these, so a member's silence counts only while node 0
+        # ran (frozen with node 0, its own slot is not silent; nor is anyone whose lines waited).
+        self.not_run = 0.0
         self.phase = JobPhase.GATHERING
         self.start_at: float | None = None  # when `start` went out (None: never)
         self.stopped: StopJob | None = None  # the stop sent on entering STOPPING

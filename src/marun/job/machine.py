@@ -36,7 +36,13 @@ from marun.runtime.failure import Failure
 from marun.runtime.round_rule import RoundRule
 
 DUMP_WAIT = 15.0  # seconds the watchdog waits for every node's stacks
-STALL = 3 * HEARTBEAT  # a gap this long between two looks: node 0's marun was not running
+# A gap this long between two looks of node 0's loop (it looks every 0.2 s at least): node 0's
+# marun did not run meanwhile (SIGSTOP, or starved), and the members' silence in it is node 0's.
+LOOK = 1.5  # (below 3 s - 1 s: node 0's own slot, which beats every second, is never lost to it)
+STALL = 3 * HEARTBEAT  # a gap this long is logged (coordinator_stalled)
+# The others give up on node 0 after peer_timeout without a line of it: once the longest of them
+# went within this of it, node 0's next line may come too late (its heartbeat out, a member's turn).
+GIVE_UP_MARGIN = 0.5
 # After the start, a member whose connection closed without its `end` is lost this long after,
 # unless its marun reconnects meanwhile (a member reconnects at once after a drop).
 CLOSED_LOST = 1.5  # (a member dropped after its welcome tries again at once, then every 0.5 s)
@@ -61,7 +67,7 @@ class JobMachine:
         )
 
     def _clock(self, now: float, wall: float) -> None:
-        self.job.now, self.job.wall = now, wall
+        self.job.now, self.job.wall = now - self.job.not_run, wall
 
     def _taken(self) -> list[Action]:
         actions, self.job.actions = self.job.actions, []
@@ -149,7 +155,7 @@ class JobMachine:
         member = self.job.members.get(key)
         if member is not None and member.conn == handle:
             member.conn = None
-            member.closed_at = now
+            member.closed_at = now - self.job.not_run
             self.job.members.closed.add(key)
             self.job.members.unlinked.add(key)
 
@@ -161,7 +167,7 @@ class JobMachine:
         job = self.job
         if job.phase is JobPhase.GATHERING:
             admission.forget_departed(job)
-            if now - job.t0 >= job.coord.arrival_timeout:
+            if job.now - job.t0 >= job.coord.arrival_timeout:
                 if job.preflight != "off" and admission.all_present(job):
                     admission.open_barrier(job, timed_out=True)  # a preflight still out
                 else:
@@ -177,29 +183,38 @@ class JobMachine:
         self._check_done()
         return self._taken()
 
-    def stalled(self, gap: float, now: float, wall: float) -> list[Action]:
-        """Node 0's marun did not run for `gap` seconds (frozen by SIGSTOP, or starved): past
-        peer_timeout the other nodes have given up on node 0, so node 0 is the job's failure,
-        and those that left ended when they gave up, not when node 0 noticed; one that is still
-        there says its own end later."""
-        self._clock(now, wall)
+    def stalled(self, gap: float, unheard: float, now: float, wall: float) -> list[Action]:
+        """Node 0's marun did not run for `gap` seconds (frozen by SIGSTOP, or starved); the
+        longest any member then went without a line of node 0's: `unheard`. The gap is node 0's
+        own silence: the job's clock leaves it out (job.not_run). Once `unheard` came within
+        GIVE_UP_MARGIN of peer_timeout, the other nodes gave up on node 0 (or will before its
+        next line reaches them), so node 0 is the job's failure, before the start too (a member
+        welcomed waits for it no longer); those that left ended when they gave up, not when node
+        0 noticed, and one still there says its own end later."""
         job, coord = self.job, self.job.coord
-        if gap < STALL or not job.start_sent:
-            return []
-        job.log("coordinator_stalled", "error", seconds=round(gap, 1))
-        if gap < coord.peer_timeout:
+        if gap >= LOOK:
+            job.not_run += gap
+        self._clock(now, wall)
+        if gap < LOOK:
             return self._taken()
-        gave_up = wall - gap + coord.peer_timeout
+        if gap >= STALL:
+            job.log("coordinator_stalled", "error", seconds=round(gap, 1))
+        if unheard + GIVE_UP_MARGIN < coord.peer_timeout:
+            return self._taken()
         why = (
-            f"node {coord.leader}'s marun did not run for {gap:.0f}s (stopped, e.g. SIGSTOP, or "
-            f"starved): past peer_timeout {coord.peer_timeout:g}s the other nodes gave up on it"
+            f"node {coord.leader}'s marun did not run for {gap:.1f}s (stopped, e.g. SIGSTOP, or "
+            f"starved): the other nodes went {unheard:.1f}s without a word of it, past "
+            f"peer_timeout {coord.peer_timeout:g}s or too near it, and gave up on it"
         )
         job.stop(
             LOST_EXIT, Failure(node=coord.leader, host=coord.host, exit_code=LOST_EXIT, why=why)
         )
-        for member in job.members.values():
-            if member.ended is None and member.node != coord.leader:
-                member.ended, member.outcome = gave_up, "lost"
+        if unheard >= coord.peer_timeout:  # they have given up; nearer, they hear the stop
+            gave_up = wall - unheard + coord.peer_timeout
+            for member in job.members.values():
+                if member.ended is None and member.node != coord.leader:
+                    member.ended, member.outcome = gave_up, "lost"
+                    member.gave_up_at = gave_up  # (its lines that waited revive it: said before)
         return self._taken()
 
     # -- the job's logic ----------------------------------------------------------------------

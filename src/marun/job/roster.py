@@ -56,6 +56,9 @@ class MemberState:
     last_seen: float  # monotonic
     instance: str = ""  # its marun process's (a new one: that node's marun was restarted)
     last_seen_wall: float = 0.0  # wall clock of last_seen: when a lost node ended, for job.json
+    # wall clock: when it gave up on node 0, frozen past peer_timeout (machine.stalled); its
+    # lines read after the thaw were said before, so a later loss dates its end from this
+    gave_up_at: float | None = None
     conn: Handle | None = None  # its connection (the shell's, opaque here); None: closed
     idle: float = 0.0  # seconds without a rank's line, as of its last heartbeat
     # (monotonic, CPU seconds its ranks have used) from its heartbeats: the hang watchdog's

@@ -421,6 +421,12 @@ class JobPort:
                 self.drop(conn)
         self._heartbeats(now)
 
+    def unheard(self, now: float) -> float:
+        """The longest any member's marun has gone without a line of node 0's (each takes node 0
+        for lost after peer_timeout of it): asked after node 0's own stall alone."""
+        outs = [c.last_out for c in self.conns if c.member is not None and not c.closing]
+        return now - min(outs) if outs else 0.0
+
     def _schedule_beat(self, conn: Conn, due: float) -> None:
         conn.beating = True
         heapq.heappush(self._beats, (due, next(self._beat_order), conn))
