@@ -3,9 +3,10 @@ the user's time: `marun run` sits in front of every training process)."""
 
 # No `from __future__ import annotations` here: typer reads these annotations at run time, and
 # marun runs under Python 3.9, where `str | None` cannot be evaluated.
+import functools
 import sys
 from enum import Enum
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -403,15 +404,21 @@ def _one_line(text: str) -> str:
     return one_line("; ".join(part.strip() for part in text.splitlines() if part.strip()))
 
 
+@functools.cache
+def click_command() -> Any:
+    """typer's click command for `app`. typer builds it from every function's signature
+    (inspect, type hints): about 29 ms of the 36 ms of a `marun plan` here, so once a process,
+    for the option check and the call alike (a caller that forks many `main`s, as the bad-input
+    corpus does, builds it once before)."""
+    return typer.main.get_command(app)
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     """The `marun` command. Every refusal is one line on stderr, `marun: error: ...`, with exit
     code 2 for bad input: marun's own checks and the command-line parser's alike (typer would
     draw a five-line box)."""
     words = sys.argv[1:] if argv is None else argv
-    # typer builds the click command from every function's signature (inspect, type hints):
-    # once here, for the check below and the call after it (built twice, a `marun plan` took
-    # about 40 ms more on the test machine).
-    command = typer.main.get_command(app)
+    command = click_command()
     unknown = unknown_option(command, words)
     if unknown:
         sys.stderr.write(f"marun: error: {unknown}\n")
