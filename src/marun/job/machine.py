@@ -41,8 +41,10 @@ DUMP_WAIT = 15.0  # seconds the watchdog waits for every node's stacks
 LOOK = 1.5  # (below 3 s - 1 s: node 0's own slot, which beats every second, is never lost to it)
 STALL = 3 * HEARTBEAT  # a gap this long is logged (coordinator_stalled)
 # The others give up on node 0 after peer_timeout without a line of it: once the longest of them
-# went within this of it, node 0's next line may come too late (its heartbeat out, a member's turn).
-GIVE_UP_MARGIN = 0.5
+# went within this of it, node 0's next line may come too late (its heartbeat goes out in the turn
+# that finds the gap, and reaches a member in milliseconds: a quarter second leaves room for a
+# loaded host, and a stall that small is rarely stopped for nothing).
+GIVE_UP_MARGIN = 0.25
 # After the start, a member whose connection closed without its `end` is lost this long after,
 # unless its marun reconnects meanwhile (a member reconnects at once after a drop).
 CLOSED_LOST = 1.5  # (a member dropped after its welcome tries again at once, then every 0.5 s)
