@@ -249,6 +249,27 @@ def test_a_member_follows_start_restart_stop_done_and_a_stall_is_its_own() -> No
     assert mm.done and mm.done_code == 143
 
 
+def test_a_member_whose_tries_of_a_connection_each_wait_long_still_gives_up_on_node_0() -> None:
+    """Its connection dropped after the start, and node 0 takes each new one without a
+    challenge (frozen, or its host gone): every try waits 6 s (a job of 8,000 connections), so
+    its loop turns 6 s apart. That wait is node 0's silence, not a stall of this marun's own: it
+    gives up on node 0 after peer_timeout (10 s) all the same."""
+    mm = MemberMachine(_coord(index=1), now=0.0)
+    mm.connected(0.1)
+    mm.heard(Welcome("leader", None), 0.2)
+    mm.heard(Start(0, {}), 0.3)
+    now = 0.3
+    out: list[object] = []
+    while not mm.gave_up and now < 60.0:
+        mm.connect_failed("timed out")
+        now += 6.0
+        out = list(mm.turn(now, connected=False, waited=6.0))
+        assert not any(getattr(a, "event", None) == "member_stalled" for a in out)
+    assert mm.gave_up and now <= 0.3 + 10.0 + 6.0, now
+    stop = [a.event for a in out if isinstance(a, Push)]
+    assert stop and "no word from node 0's marun for 10s" in str(stop[0].failure)
+
+
 def test_at_most_ten_modules_at_the_top_of_the_package() -> None:
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(top) <= 10, top

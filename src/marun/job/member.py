@@ -251,15 +251,20 @@ class Member:
     def _converse(self) -> None:
         buf = LineBuffer()
         beat = Beat(self.coord)  # the job's heartbeat interval (marun.job.heartbeat)
+        waited = 0.0  # in a try of a connection since the last turn
         while not self._close_requested.is_set():
             now = time.monotonic()
-            self._apply(self.machine.turn(now, connected=self._sock is not None))
+            self._apply(self.machine.turn(now, connected=self._sock is not None, waited=waited))
+            waited = 0.0
             if self.machine.gave_up:
                 return
             if self._sock is None:
                 if now < self._backoff.next_try:
                     time.sleep(min(0.2, self._backoff.next_try - now))
-                elif self._connect():
+                    continue
+                connected = self._connect()
+                waited = time.monotonic() - now
+                if connected:
                     buf = self._buf
                 else:
                     self._backoff.failed(turned_away=bool(self.machine.clash))

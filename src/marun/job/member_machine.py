@@ -121,9 +121,12 @@ class MemberMachine:
 
     # -- events -----------------------------------------------------------------------------
 
-    def turn(self, now: float, connected: bool) -> list[MemberAction]:
-        """A turn of the member's loop: this marun's own stall, and the time-outs."""
-        gap, self._last_turn = now - self._last_turn, now
+    def turn(self, now: float, connected: bool, waited: float = 0.0) -> list[MemberAction]:
+        """A turn of the member's loop: this marun's own stall, and the time-outs. `waited`:
+        seconds the loop spent since its last turn in a try of a connection (its wait for node
+        0's challenge grows with the job: 3 s and more from 2,000 connections), which is node
+        0's silence, not this marun's stall."""
+        gap, self._last_turn = now - self._last_turn - waited, now
         if gap > STALL:
             # This marun did not run (frozen by SIGSTOP, or starved): node 0's lines wait in the
             # socket, read next; the silence was this node's, not node 0's.
