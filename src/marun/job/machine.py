@@ -39,7 +39,7 @@ DUMP_WAIT = 15.0  # seconds the watchdog waits for every node's stacks
 # A gap this long between two looks of node 0's loop (it looks every 0.2 s at least): node 0's
 # marun did not run meanwhile (SIGSTOP, or starved), and the members' silence in it is node 0's.
 LOOK = 1.5  # (below 3 s - 1 s: node 0's own slot, which beats every second, is never lost to it)
-STALL = 3 * HEARTBEAT  # a gap this long is an error in the log (a shorter one, a warning)
+STALL = 3 * HEARTBEAT  # a gap this long is an error (a shorter one: info, in the log file alone)
 # The others give up on node 0 after peer_timeout without a line of it: once the longest of them
 # went within this of it, node 0's next line may come too late (its heartbeat goes out in the turn
 # that finds the gap, and reaches a member in milliseconds: a quarter second leaves room for a
@@ -200,7 +200,7 @@ class JobMachine:
         if gap < LOOK:
             return self._taken()
         job.log(
-            "coordinator_stalled", "error" if gap >= STALL else "warning", seconds=round(gap, 1)
+            "coordinator_stalled", "error" if gap >= STALL else "info", seconds=round(gap, 1)
         )
         if unheard + GIVE_UP_MARGIN < coord.peer_timeout:
             return self._taken()
