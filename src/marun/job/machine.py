@@ -199,9 +199,7 @@ class JobMachine:
         self._clock(now, wall)
         if gap < LOOK:
             return self._taken()
-        job.log(
-            "coordinator_stalled", "error" if gap >= STALL else "info", seconds=round(gap, 1)
-        )
+        job.log("coordinator_stalled", "error" if gap >= STALL else "info", seconds=round(gap, 1))
         if unheard + GIVE_UP_MARGIN < coord.peer_timeout:
             return self._taken()
         why = (
