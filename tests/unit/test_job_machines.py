@@ -70,9 +70,9 @@ def test_the_machines_hold_no_socket_thread_clock_or_process() -> None:
                 assert node.module.split(".")[0] not in IMPURE, name
 
 
-def _started(budget: int = 0) -> tuple[JobMachine, float]:
+def _started(budget: int = 0, **coord: object) -> tuple[JobMachine, float]:
     rule = RoundRule(budget) if budget else None
-    m = JobMachine(_coord(), "leader", rule=rule, ports={}, now=0.0, wall=WALL)
+    m = JobMachine(_coord(**coord), "leader", rule=rule, ports={}, now=0.0, wall=WALL)
     for node in range(3):
         actions = m.hello(f"c{node}", f"10.0.0.{node + 1}", _hello(node), 1.0, WALL + 1)
         assert isinstance(actions[0], Bind)
@@ -133,11 +133,9 @@ def test_a_closed_connection_without_a_goodbye_is_lost_after_closed_lost_unless_
 
 def _started_tight() -> JobMachine:
     """A job of 3 nodes with peer_timeout 3 s (the least allowed), every node heard at 2.0."""
-    m = JobMachine(_coord(peer_timeout=3.0), "leader", ports={}, now=0.0, wall=WALL)
+    m, t = _started(peer_timeout=3.0)
     for node in range(3):
-        m.hello(f"c{node}", f"10.0.0.{node + 1}", _hello(node), 1.0, WALL + 1)
-        m.message(f"c{node}", (node, 0), "hb", None, 2.0, WALL + 2)
-    assert m.job.phase is JobPhase.RUNNING
+        m.message(f"c{node}", (node, 0), "hb", None, t, WALL + t)
     return m
 
 

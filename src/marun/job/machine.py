@@ -151,13 +151,14 @@ class JobMachine:
     def closed(self, handle: Handle, now: float) -> None:
         """A connection closed (the peer's doing or the shell's): its member is silent from now
         on (peer_timeout counts; after the start, CLOSED_LOST; before it, not present)."""
+        self._clock(now, self.job.wall)
         key = self.job.bound.pop(handle, None)
         if key is None:
             return
         member = self.job.members.get(key)
         if member is not None and member.conn == handle:
             member.conn = None
-            member.closed_at = now - self.job.not_run
+            member.closed_at = self.job.now
             self.job.members.closed.add(key)
             self.job.members.unlinked.add(key)
 
@@ -194,11 +195,11 @@ class JobMachine:
         welcomed waits for it no longer); those that left ended when they gave up, not when node
         0 noticed, and one still there says its own end later."""
         job, coord = self.job, self.job.coord
-        if gap >= LOOK:
-            job.not_run += gap
-        self._clock(now, wall)
         if gap < LOOK:
+            self._clock(now, wall)
             return self._taken()
+        job.not_run += gap
+        self._clock(now, wall)
         job.log("coordinator_stalled", "error" if gap >= STALL else "info", seconds=round(gap, 1))
         if unheard + GIVE_UP_MARGIN < coord.peer_timeout:
             return self._taken()
