@@ -170,8 +170,10 @@ def test_a_blip_on_a_nodes_connection_brings_its_slots_back_through_the_next(
     relay, coordinator = job.relays[1], job.coordinator
     first = relay._up
     assert first is not None
-    first.sock.shutdown(socket.SHUT_RDWR)
+    # the lanes before the blip: taken after it, a reconnection quicker than this thread's
+    # next turn (a busy machine) would leave nothing to tell the next lanes from
     lanes = {key: m.conn for key, m in coordinator.members.items()}
+    first.sock.shutdown(socket.SHUT_RDWR)
 
     def back() -> bool:
         members = coordinator.members
