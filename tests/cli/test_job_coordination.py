@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -246,3 +248,77 @@ def test_success_everywhere_is_done_with_zero(
     for m in members:
         events(m, "start")
     assert end_all(members, [0, 0, 0]) == {0: 0, 1: 0, 2: 0}
+
+
+class HandLeader:
+    """Node 0's port speaking the protocol by hand, so that the test says when node 0 talks."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.server.settimeout(10)
+        self.port = self.server.getsockname()[1]
+        self.instance = new_nonce()
+        self.peer: str | None = None
+        self.seq = 0
+
+    def take(self) -> None:
+        """The member's connection: challenge, its hello, a welcome."""
+        self.sock, _ = self.server.accept()
+        self.sock.settimeout(10)
+        self.say("challenge", instance=self.instance, version=PROTOCOL, nonce=new_nonce())
+        hello = decode(SECRET, "job-a", self.sock.makefile("rb").readline())
+        assert hello["type"] == "hello"
+        self.peer = str(hello["nonce"])
+        self.say("welcome", instance=self.instance, wall=round(time.time(), 3))
+
+    def say(self, kind: str, **fields: object) -> None:
+        body = {"job": "job-a", "node": 0, "slot": 0, "type": kind, **fields}
+        self.sock.sendall(encode(SECRET, {**body, "peer": self.peer, "seq": self.seq}))
+        self.seq += 1
+
+    def close(self) -> None:
+        self.sock.close()
+        self.server.close()
+
+
+def test_a_member_that_did_not_run_hears_node_0s_waiting_lines_before_judging_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A member's thread stops for 2.5 s right after a read that found nothing (frozen or
+    starved: under its 3 s stall mark, so no credit for it), 1 s after node 0's last line,
+    with peer_timeout 3 s. Node 0 spoke 0.5 s into that stop: its line waits in the socket and
+    is read before the member's next turn judges node 0's silence (3.5 s since the line before,
+    past peer_timeout). The member does not give up on a node 0 that talks."""
+    leader = HandLeader()
+    stop_after: list[float] = []  # monotonic: the first read after this stops the thread
+    stopped = threading.Event()
+    real = Member._read_leader
+
+    def read_then_stop(self: Member, sock: socket.socket, *args: Any, **kw: Any) -> None:
+        real(self, sock, *args, **kw)
+        if stop_after and time.monotonic() >= stop_after[0] and not stopped.is_set():
+            stopped.set()
+            time.sleep(2.5)
+
+    monkeypatch.setattr(Member, "_read_leader", read_then_stop)
+    coord = coordination(1, leader.port, nodes=2, peer_timeout=3.0, arrival_timeout=60.0)
+    logged: list[tuple[str, str]] = []
+    member = Member(
+        coord, SECRET, "h1", log=lambda event, level="info", **_: logged.append((event, level))
+    )
+    try:
+        leader.take()
+        stop_after.append(time.monotonic() + 1.0)  # (node 0's last line: its welcome, now)
+        assert stopped.wait(5.0), "the member's thread reads again within the guard"
+        time.sleep(0.5)
+        leader.say("hb")  # node 0 talks while the member does not run
+        deadline = time.monotonic() + 4.0  # past the stop's end, and past peer_timeout again
+        while time.monotonic() < deadline:
+            assert all(e.kind != "stop" for e in member.poll()), "the member gave up on node 0"
+            leader.say("hb")
+            time.sleep(0.3)
+        assert not member.machine.gave_up
+        assert [e for e, level in logged if level == "error"] == []
+    finally:
+        member.close()
+        leader.close()

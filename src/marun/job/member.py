@@ -60,6 +60,9 @@ from marun.runtime.failure import Failure
 from marun.runtime.joblink import JobEvent
 
 _RETRY = 0.5
+# Seconds since the last turn (the loop turns every 0.2 s) after which what waits in the socket
+# is read before the next turn: this marun did not run (frozen, starved) since it last read.
+_CATCH_UP = 1.0
 # What is said again after every hello (`_state`)
 _STATE = (FailureSaid.KIND, Stopped.KIND, Running.KIND, End.KIND)
 _UNSTARTED_END_WAIT = 10.0  # seconds a node that never started waits for the job's end
@@ -254,6 +257,12 @@ class Member:
         waited = 0.0  # in a try of a connection since the last turn
         while not self._close_requested.is_set():
             now = time.monotonic()
+            sock = self._sock
+            if sock is not None and now - self.machine.last_turn - waited > _CATCH_UP:
+                # Node 0's lines of the time this marun did not run wait in the socket: heard
+                # before the turn judges node 0's silence (a stall under STALL is not credited)
+                self._read_leader(sock, buf, wait=0.0)
+                now = time.monotonic()
             self._apply(self.machine.turn(now, connected=self._sock is not None, waited=waited))
             waited = 0.0
             if self.machine.gave_up:
@@ -309,10 +318,10 @@ class Member:
                 self._log("progress_error", "error", error=f"{type(exc).__name__}: {exc}"[:300])
         self._send(Heartbeat(now - self._last_activity, cpu, report))
 
-    def _read_leader(self, sock: socket.socket, buf: LineBuffer) -> None:
-        """What node 0 sent within 0.2 s, to the machine."""
+    def _read_leader(self, sock: socket.socket, buf: LineBuffer, wait: float = 0.2) -> None:
+        """What node 0 sent within `wait` s, to the machine."""
         try:
-            ready, _, _ = select.select([sock], [], [], 0.2)
+            ready, _, _ = select.select([sock], [], [], wait)
         except (OSError, ValueError):
             self._disconnect()
             return

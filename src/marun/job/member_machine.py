@@ -106,6 +106,10 @@ class MemberMachine:
     def done(self) -> bool:
         return self.phase is MemberPhase.DONE
 
+    @property
+    def last_turn(self) -> float:
+        return self._last_turn
+
     def _taken(self) -> list[MemberAction]:
         out, self._out = self._out, []
         return out
