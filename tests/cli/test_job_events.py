@@ -158,11 +158,14 @@ BUSY_QUIET = """\
 import os, time
 rank = int(os.environ["RANK"])
 print(f"rank {rank} up", flush=True)
-end = time.monotonic() + float(os.environ["RUN_FOR"])
 x = 0
-while rank == 0 and time.monotonic() < end:  # train_step: busy, prints nothing
-    x += 1
-time.sleep(max(0.0, end - time.monotonic()))
+while not os.path.exists(os.environ["GO_ON"]):  # train_step: busy on rank 0, prints nothing
+    if rank == 0:
+        end = time.monotonic() + 0.1
+        while time.monotonic() < end:
+            x += 1
+    else:
+        time.sleep(0.1)
 print(f"rank {rank} done", flush=True)
 """
 
@@ -175,16 +178,18 @@ time.sleep(600)  # blocked, as in a collective whose peer is gone
 
 
 def test_the_hang_watchdog_leaves_a_busy_quiet_job_alone(tmp_path: Path) -> None:
-    """Silent for three times the hang timeout, but using CPU: not hung (the issue's false
-    alarm); the job ends 0 on its own."""
-    job = LoopbackJob(tmp_path, nodes=2, env={"RUN_FOR": "12"})
+    """Silent past the hang timeout, but using CPU: judged not hung (the issue's false alarm),
+    and left to end 0 on its own. The ranks run until that judgement, however slow the machine
+    (a fixed run time could end first)."""
+    go_on = tmp_path / "go_on"  # the ranks run, silent, until the judgement (then end 0)
+    job = LoopbackJob(tmp_path, nodes=2, env={"GO_ON": str(go_on)})
     job.options = ["--hang-timeout", "4"]
     try:
         job.start([0, 1], BUSY_QUIET)
+        job.wait_for(0, "job_quiet_but_busy")  # (a job judged hung ends 124 first: said)
+        go_on.touch()
         assert job.finish() == {0: 0, 1: 0}, job.report()
-        out = job.nodes[0].output
-        assert "job_quiet_but_busy" in out, job.report()
-        assert "rank 1 done" in out
+        assert "rank 1 done" in job.nodes[0].output
     finally:
         job.kill_all()
 
@@ -198,12 +203,14 @@ def test_with_py_spy_a_busy_quiet_job_is_left_alone_too(tmp_path: Path) -> None:
     python = REPO / ".cache" / "venvs" / "torch" / "bin" / "python"
     if not (python.parent / "py-spy").is_file():
         pytest.skip("no py-spy beside the torch venv's python: run scripts/frameworks.sh torch")
-    job = LoopbackJob(tmp_path, nodes=2, env={"RUN_FOR": "16"}, python=str(python))
+    go_on = tmp_path / "go_on"
+    job = LoopbackJob(tmp_path, nodes=2, env={"GO_ON": str(go_on)}, python=str(python))
     job.options = ["--hang-timeout", "4"]
     try:
         job.start([0, 1], BUSY_QUIET)
+        job.wait_for(0, "job_quiet_but_busy")
+        go_on.touch()
         assert job.finish() == {0: 0, 1: 0}, job.report()
-        assert "job_quiet_but_busy" in job.nodes[0].output, job.report()
     finally:
         job.kill_all()
 
