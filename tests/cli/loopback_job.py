@@ -120,7 +120,10 @@ class LoopbackJob:
     def wait_for(self, i: int, pattern: str) -> None:
         deadline = time.monotonic() + DEADLINE
         while not re.search(pattern, self.nodes[i].output):
-            if time.monotonic() > deadline or self.nodes[i].proc.poll() is not None:
+            ended = self.nodes[i].proc.poll() is not None  # (its last lines read after)
+            if time.monotonic() > deadline or (
+                ended and not re.search(pattern, self.nodes[i].output)
+            ):
                 raise AssertionError(f"node {i} never showed {pattern!r}\n{self.report()}")
             time.sleep(0.05)
 

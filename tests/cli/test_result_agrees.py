@@ -64,8 +64,13 @@ def slot(job_json: dict[str, Any], node: int) -> dict[str, Any]:
 
 def wait_for_line(log: Path, text: str, proc: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + DEADLINE
-    while not (log.exists() and text in log.read_text(errors="replace")):
-        if time.monotonic() > deadline or proc.poll() is not None:
+
+    def shown() -> bool:
+        return log.exists() and text in log.read_text(errors="replace")
+
+    while not shown():
+        ended = proc.poll() is not None  # (its last lines read after)
+        if time.monotonic() > deadline or (ended and not shown()):
             raise AssertionError(f"{log} never showed {text!r}")
         time.sleep(0.05)
 

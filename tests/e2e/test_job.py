@@ -160,7 +160,10 @@ class Job:
     def wait_for(self, i: int, pattern: str) -> float:
         deadline = time.monotonic() + DEADLINE
         while not re.search(pattern, self.nodes[i].output):
-            if time.monotonic() > deadline or self.nodes[i].proc.poll() is not None:
+            ended = self.nodes[i].proc.poll() is not None  # (its last lines read after)
+            if time.monotonic() > deadline or (
+                ended and not re.search(pattern, self.nodes[i].output)
+            ):
                 pytest.fail(f"node {i} never showed {pattern!r}\n{self.report()}")
             time.sleep(0.05)
         return time.monotonic()

@@ -165,7 +165,9 @@ class MpiJob:
         """Until node i's console shows `count` lines matching `pattern`."""
         deadline = time.monotonic() + DEADLINE
         while len(re.findall(pattern, self.nodes[i].output)) < count:
-            if time.monotonic() >= deadline or self.nodes[i].proc.poll() is not None:
+            ended = self.nodes[i].proc.poll() is not None  # (its last lines read after)
+            shown = len(re.findall(pattern, self.nodes[i].output)) >= count
+            if time.monotonic() >= deadline or (ended and not shown):
                 pytest.fail(f"node {i} never showed {count} x {pattern!r}\n{self.report()}")
             time.sleep(0.1)
 

@@ -38,8 +38,15 @@ def path(name):
 
 
 def write(name, text, mode="w"):
-    with open(path(name), mode) as fh:
+    if mode != "w":
+        with open(path(name), mode) as fh:
+            fh.write(text)
+        return
+    # whole or not there: a test that sees the file reads all of it
+    part = path("." + name + ".part")  # (a dot: no test's glob of NAME.* sees it)
+    with open(part, "w") as fh:
         fh.write(text)
+    os.replace(part, path(name))
 
 
 def record(signum, _frame):
@@ -102,9 +109,9 @@ def act(action, arg):
         ready()
         sleep_forever()
     elif action == "orphan":  # forks a grandchild and exits at once
+        parent = os.getpid()  # (read in the child, it may already be the adopter's)
         pid = os.fork()
         if pid == 0:
-            parent = os.getppid()
             wait_for(lambda: os.getppid() != parent)
             write("orphan." + ME, json.dumps({"pid": os.getpid(), "ppid": os.getppid()}))
             wait_for(lambda: os.path.exists(path("orphan-go")))

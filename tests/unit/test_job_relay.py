@@ -291,7 +291,7 @@ def test_the_slots_that_said_hello_before_node_0_answered_go_up_in_one_hellos_li
         up, _ = server.accept()  # (the relay's try; not answered yet)
         up.settimeout(GUARD)
         end = time.monotonic() + GUARD
-        while sum(len(side.pending) for side in relay._locals) < SLOTS:  # every slot's hello
+        while sum(len(side.pending) for side in list(relay._locals)) < SLOTS:  # every slot's hello
             assert time.monotonic() < end, "the slots say hello to their relay"
             for member in members:
                 member.poll()
