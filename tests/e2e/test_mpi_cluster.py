@@ -467,19 +467,23 @@ def test_the_hang_watchdog_stops_a_silent_idle_mpi_job(
     job.assert_nothing_left()
 
 
-# Every rank works on the CPU, silent, for three hang time-outs, then says it is done.
-# Rank 0 computes silently; the others sleep until then and meet it at the barrier (one busy
-# rank makes the quiet job a working one: one core of CPU, not four).
+# Every rank works on the CPU, silent, until the watchdog has judged the job (the test then
+# writes the file go_on), then says it is done. Rank 0 computes silently; the others sleep
+# until then and meet it at the barrier (one busy rank makes the quiet job a working one: one
+# core of CPU, not four). A fixed run time could end before the judgement on a slow machine.
 BUSY_QUIET = """\
-import time
+import os, time
 from mpi4py import MPI
 comm = MPI.COMM_WORLD
 comm.Barrier()
-end = time.monotonic() + 20
 n = 0
-while comm.Get_rank() == 0 and time.monotonic() < end:
-    n += 1
-time.sleep(max(0.0, end - time.monotonic()))
+while not os.path.exists(GO_ON):
+    if comm.Get_rank() == 0:
+        end = time.monotonic() + 0.1
+        while time.monotonic() < end:
+            n += 1
+    else:
+        time.sleep(0.1)
 comm.Barrier()
 print(f"rank {comm.Get_rank()} done", flush=True)
 """
@@ -488,10 +492,10 @@ print(f"rank {comm.Get_rank()} done", flush=True)
 def test_the_hang_watchdog_leaves_a_busy_quiet_mpi_job_alone(
     make_cluster: MakeCluster, mpi_python: Path, tmp_path: Path
 ) -> None:
-    """Silent for three hang time-outs but working: not hung. In MPI mode the ranks are not
-    marun's children (mpirun's on node 0, orted's under sshd elsewhere): their stacks, not only
-    mpi-leader's and sshd's, are what the watchdog compares (with py-spy, marun[hang], in the
-    venv: without it a busy job is never judged hung anyway)."""
+    """Silent past the hang time-out but working: judged not hung, and left to end 0. In MPI
+    mode the ranks are not marun's children (mpirun's on node 0, orted's under sshd elsewhere):
+    their stacks, not only mpi-leader's and sshd's, are what the watchdog compares (with
+    py-spy, marun[hang], in the venv: without it a busy job is never judged hung anyway)."""
     if not (mpi_python.parent / "py-spy").exists():
         pytest.skip("py-spy is not installed in the mpi venv (scripts/frameworks.sh mpi)")
     cluster = make_cluster(2)
@@ -501,11 +505,14 @@ def test_the_hang_watchdog_leaves_a_busy_quiet_mpi_job_alone(
         mpi_python,
         env={"MARUN_HANG_TIMEOUT": "6"},
     )
-    job.start(_script(tmp_path, "busy_quiet.py", BUSY_QUIET), hosts=range(2))
+    go_on = tmp_path / "go_on"
+    script = BUSY_QUIET.replace("GO_ON", repr(str(go_on)))
+    job.start(_script(tmp_path, "busy_quiet.py", script), hosts=range(2))
+    job.wait_for(0, "job_quiet_but_busy", 1)  # (a job judged hung ends first: said)
+    go_on.touch()
     codes = job.finish()
     assert codes == {0: 0, 1: 0}, job.report()
     assert job.nodes[0].output.count(" done") >= 2 * GPUS, job.report()
-    assert "job_quiet_but_busy" in job.nodes[0].output, job.report()
     job.assert_nothing_left()
 
 
