@@ -21,12 +21,18 @@ from conftest import clean_env, free_port
 DEADLINE = 90.0  # a hang guard only
 
 # Each rank says it is up, then runs for RUN_FOR seconds (long by default: the job's end comes
-# from marun), and exits 0.
+# from marun), or, with GO_ON (a path), until that file exists (a test that needs the job to
+# outlive something waits for it, then writes the file), and exits 0.
 RANKS = """\
 import os, time
 rank = int(os.environ["RANK"])
 print(f"rank {rank} up", flush=True)
-time.sleep(float(os.environ.get("RUN_FOR", "120")))
+go_on = os.environ.get("GO_ON")
+if go_on:
+    while not os.path.exists(go_on):
+        time.sleep(0.05)
+else:
+    time.sleep(float(os.environ.get("RUN_FOR", "120")))
 print(f"rank {rank} done", flush=True)
 """
 

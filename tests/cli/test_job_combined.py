@@ -39,7 +39,11 @@ if f"{rank}:{rnd}" in os.environ.get("RANKS_FAIL", "").split(","):
         time.sleep(0.05)
     sys.exit(3)
 first = os.environ.get("ROUND0_FOR") if rnd == 0 else None
-time.sleep(float(first or os.environ.get("RUN_FOR", "120")))
+go_on = os.environ.get("GO_ON")  # a file: run until it exists
+while go_on and not os.path.exists(go_on):
+    time.sleep(0.05)
+if not go_on:
+    time.sleep(float(first or os.environ.get("RUN_FOR", "120")))
 print(f"rank {rank} round {rnd} done", flush=True)
 """
 
@@ -243,7 +247,10 @@ def test_two_jobs_on_one_host_never_merge(tmp_path: Path) -> None:
     apart, started interleaved (A0, B1, B2, A1, A2, B0): A runs with its own nodes only and ends
     0; B's node 0 cannot have the port and says so at once (exit 2); B's others end with one
     line naming the clash within arrival_timeout, backing off meanwhile (A refuses few)."""
-    a = LoopbackJob(tmp_path / "a", nodes=3, env={"RUN_FOR": "4", "MARUN_JOB_TOKEN": ""})
+    # Job A runs until B's node 0 has ended and B's others have met it (GO_ON): a run time of
+    # its own could end first on a slow machine, and free the port.
+    go_on = tmp_path / "go_on"
+    a = LoopbackJob(tmp_path / "a", nodes=3, env={"GO_ON": str(go_on), "MARUN_JOB_TOKEN": ""})
     b = LoopbackJob(
         tmp_path / "b",
         nodes=3,
@@ -257,6 +264,10 @@ def test_two_jobs_on_one_host_never_merge(tmp_path: Path) -> None:
         a.start([1, 2], RANKS)
         a.wait_for(0, "3/3 nodes up")
         b.start([0], RANKS)
+        b.nodes[0].proc.wait(60)
+        for i in (1, 2):
+            b.wait_for(i, "another job")
+        go_on.touch()
         codes_a = a.finish()
         codes_b = b.finish()
     finally:

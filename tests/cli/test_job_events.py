@@ -239,7 +239,8 @@ def test_another_job_on_the_same_port_is_refused_and_job_a_goes_on(
     and 2 while job A runs. With other hosts its job id differs: refused at the hello by id.
     With nothing to tell them apart, node 1's and 2's places are held by job A's talking marun:
     turned away. Either way one line on each side, and job A ends 0."""
-    a = LoopbackJob(tmp_path / "a", env={"RUN_FOR": "8"})
+    go_on = tmp_path / "go_on"  # job A runs until job B's nodes have ended
+    a = LoopbackJob(tmp_path / "a", env={"GO_ON": str(go_on)})
     b = LoopbackJob(tmp_path / "b", env={"MARUN_ARRIVAL_TIMEOUT": "4", "MARUN_PEER_TIMEOUT": "3"})
     b.port, b.master = a.port, a.master
     if hosts:
@@ -249,6 +250,7 @@ def test_another_job_on_the_same_port_is_refused_and_job_a_goes_on(
         ranks_up(a)
         b.start([1, 2])
         codes_b = b.finish()
+        go_on.touch()
         assert a.finish() == {0: 0, 1: 0, 2: 0}, a.report() + b.report()
         assert codes_b == {1: 1, 2: 1}, b.report()
         why = "another job's marun" if hosts else "is here already"
