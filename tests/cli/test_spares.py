@@ -37,16 +37,41 @@ def _job(tmp_path: Path) -> LoopbackJob:
     return job
 
 
-def _delete_pod(job: LoopbackJob, i: int) -> None:
-    """Node i's marun and every process it started, SIGKILLed (the pod deleted)."""
-    needle = f"{POD}=pod{i}-{job.runs[i] - 1}".encode()
+def _pod_pids(job: LoopbackJob, *pods: int) -> list[int]:
+    """The processes of node i's pod, for each i in pods: its marun and every process it started
+    (they carry the pod's name in their environment)."""
+    needles = {f"{POD}=pod{i}-{job.runs[i] - 1}".encode() for i in pods}
+    pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         with contextlib.suppress(OSError):
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                os.kill(int(entry.name), signal.SIGKILL)
-    job.nodes[i].proc.wait(10)
+            if needles.intersection((entry / "environ").read_bytes().split(b"\0")):
+                pids.append(int(entry.name))
+    return pids
+
+
+def _kill(pids: list[int]) -> None:
+    """SIGKILL to each of pids, in one loop (no /proc walk between two of them)."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _reap(job: LoopbackJob, *pods: int) -> None:
+    """After _kill: any process of the pods forked after their pids were collected, SIGKILLed
+    too; then each pod's marun waited for."""
+    _kill(_pod_pids(job, *pods))
+    for i in pods:
+        job.nodes[i].proc.wait(10)
+
+
+def _delete_pods(job: LoopbackJob, *pods: int) -> None:
+    """The pods deleted at once: their maruns and every process they started, SIGKILLed in one
+    loop, so that their connections close together (the pids are collected first: a /proc walk
+    between two kills could outlast the 1.5 s in which node 0 finds a closed node lost)."""
+    _kill(_pod_pids(job, *pods))
+    _reap(job, *pods)
 
 
 def test_a_spare_stopped_while_it_waits_leaves_and_the_job_goes_on(tmp_path: Path) -> None:
@@ -55,7 +80,7 @@ def test_a_spare_stopped_while_it_waits_leaves_and_the_job_goes_on(tmp_path: Pat
         job.signal(3, signal.SIGTERM)
         assert job.nodes[3].proc.wait(30) == 143, job.report()
         assert "marun: node 3 ran nothing (no place); it ends with 143" in job.nodes[3].output
-        _delete_pod(job, 1)  # no spare left: the round waits for node 1's replacement
+        _delete_pods(job, 1)  # no spare left: the round waits for node 1's replacement
         job.start([1], RANKS, env={POD: "pod1-1"})
         codes = job.finish()
         assert (codes[0], codes[1], codes[2]) == (0, 0, 0), job.report()
@@ -70,8 +95,13 @@ def test_a_stop_signal_to_node_0_as_a_node_is_lost_ends_the_job_and_the_spare_wi
 ) -> None:
     job = _job(tmp_path)
     try:
-        _delete_pod(job, 1)
-        job.signal(0, signal.SIGTERM)  # (within the 1.5 s in which node 1 is found lost)
+        # Node 1's pod deleted and node 0 stopped back to back (nothing between the two but the
+        # kills: the stop lands within the 1.5 s in which node 1 is found lost, however slow
+        # this thread), then the killed processes waited for.
+        pids = _pod_pids(job, 1)
+        _kill(pids)
+        job.signal(0, signal.SIGTERM)
+        _reap(job, 1)
         codes = job.finish()
         assert (codes[0], codes[2], codes[3]) == (143, 143, 143), job.report()
         assert "up in round 1" not in job.nodes[3].output  # the spare ran nothing
@@ -107,8 +137,7 @@ def test_two_nodes_lost_with_one_spare_the_other_place_waits_for_its_replacement
 ) -> None:
     job = _job(tmp_path)
     try:
-        _delete_pod(job, 1)
-        _delete_pod(job, 2)
+        _delete_pods(job, 1, 2)  # (together: node 1 alone lost would make a round of its own)
         # The spare takes place 1 (node 0's events say so at once; the consoles' line comes
         # with the round's start, which waits for place 2's node).
         events = job.work(0) / "marun_logs" / "marun-events.log"
