@@ -60,9 +60,7 @@ from marun.runtime.failure import Failure
 from marun.runtime.joblink import JobEvent
 
 _RETRY = 0.5
-# Seconds since the last turn (the loop turns every 0.2 s) after which what waits in the socket
-# is read before the next turn: this marun did not run (frozen, starved) since it last read.
-_CATCH_UP = 1.0
+_CATCH_UP = 1.0  # s without a turn (one every 0.2 s): this marun did not run since it read
 # What is said again after every hello (`_state`)
 _STATE = (FailureSaid.KIND, Stopped.KIND, Running.KIND, End.KIND)
 _UNSTARTED_END_WAIT = 10.0  # seconds a node that never started waits for the job's end
@@ -259,8 +257,7 @@ class Member:
             now = time.monotonic()
             sock = self._sock
             if sock is not None and now - self.machine.last_turn - waited > _CATCH_UP:
-                # Node 0's lines of the time this marun did not run wait in the socket: heard
-                # before the turn judges node 0's silence (a stall under STALL is not credited)
+                # node 0's lines of that time, heard before the turn judges its silence
                 self._read_leader(sock, buf, wait=0.0)
                 now = time.monotonic()
             self._apply(self.machine.turn(now, connected=self._sock is not None, waited=waited))
