@@ -21,6 +21,7 @@ import pytest
 
 from conftest import DATA, run_marun
 from marun.errors import InputError
+from marun.inputs import ranktable_platform
 from marun.inputs.ranktable import parse_rank_table
 from marun.inputs.ranktable_platform import layout_notes, load_rank_table
 
@@ -445,19 +446,33 @@ def test_plan_never_waits_for_an_initializing_table(
     assert sorted(os.listdir(script.parent)) == ["rank_table.json", "train.py"]
 
 
-def test_a_torn_rewrite_after_initializing_is_retried(tmp_path: Path) -> None:
+def test_a_torn_rewrite_after_initializing_is_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Once the table was seen initializing, an unparseable read is the platform's rewrite in
     flight: keep waiting. (Whether a poll lands on the torn state is up to the scheduler; the
-    outcome must be the completed table either way.)"""
+    outcome must be the completed table either way.) The torn rewrite comes once the loader has
+    read the table initializing: a slow first read (a busy machine) would otherwise find the
+    torn one first, which is bad input, not a rewrite."""
     table = tmp_path / "rank_table.json"
     table.write_text(_initializing())
+    first_read = threading.Event()
+    read = ranktable_platform.read_table_text
+
+    def read_then_say(path: str) -> str:
+        text = read(path)
+        first_read.set()
+        return text
+
+    monkeypatch.setattr(ranktable_platform, "read_table_text", read_then_say)
 
     def rewrite() -> None:
+        assert first_read.wait(30), "the loader reads the table"
         _replace(table, '{"status": "compl')
         time.sleep(0.5)
         _replace(table, (TABLES / "server_list_2x2.json").read_text())
 
-    writer = _later(0.2, rewrite)
+    writer = _later(0.0, rewrite)
     loaded = load_rank_table(str(table), timeout=30, interval=0.05)
     writer.join()
     assert loaded.rank_size == 4
