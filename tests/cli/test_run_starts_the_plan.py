@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, free_port, run_marun
+from conftest import DATA, clean_env, free_port, run_marun
 from ms_certs import PASSWORD, Certs, make_certs
 
 TABLES = DATA / "ranktables"
@@ -146,16 +146,26 @@ def test_run_waits_for_an_initializing_table_until_completed(script: Path) -> No
     table = script.parent / "rank_table.json"
     table.write_text(_initializing())
     completed = (TABLES / "ascend_tutorial_1x8.json").read_text()
-    writer = _later(1.0, lambda: _replace(table, completed))
-    res = run_marun(
-        ["run", "--mode", "ascend", "--", script.name],
-        env={"RANK_TABLE_FILE": str(table), "RANK_ID": "5", "MARUN_RANKTABLE_TIMEOUT": "60"},
+    env = {"RANK_TABLE_FILE": str(table), "RANK_ID": "5", "MARUN_RANKTABLE_TIMEOUT": "60"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "marun", "run", "--mode", "ascend", "--", script.name],
+        env=clean_env(env),
         cwd=script.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    writer.join()
-    assert res.returncode == 0, res.stderr
-    assert "DEVICE_ID 5 8" in res.stdout
-    assert "waiting for rank table" in res.stderr
+    assert proc.stderr is not None
+    said = []
+    for line in proc.stderr:  # the table completes once marun has said it waits for it
+        said.append(line)
+        if "waiting for rank table" in line:
+            break
+    _replace(table, completed)
+    out, err = proc.communicate(timeout=60)
+    assert "waiting for rank table" in "".join(said), "".join(said) + err
+    assert proc.returncode == 0, err
+    assert "DEVICE_ID 5 8" in out
 
 
 def test_marun_run_refuses_a_file_it_cannot_write(tmp_path: Path) -> None:
@@ -266,8 +276,6 @@ def test_ctrl_c_before_the_job_starts_ends_as_typer_ends_it(tmp_path: Path) -> N
     import signal
     import time
 
-    from conftest import clean_env
-
     (tmp_path / "train.py").write_text("")
     env = clean_env(
         {"MA_NUM_HOSTS": "2", "MA_NUM_GPUS": "1", "VC_TASK_INDEX": "1",
@@ -279,7 +287,13 @@ def test_ctrl_c_before_the_job_starts_ends_as_typer_ends_it(tmp_path: Path) -> N
         proc = subprocess.Popen(
             [sys.executable, *start, *argv], cwd=tmp_path, env=env, stderr=subprocess.PIPE
         )
-        time.sleep(1.5)
+        # Past its imports and into the wait for node 0's name (a sleep between two tries):
+        # a SIGINT during the imports is Python's own KeyboardInterrupt, not marun's to end.
+        wchan = Path(f"/proc/{proc.pid}/wchan")
+        guard = time.monotonic() + 60
+        while "nanosleep" not in wchan.read_text():
+            assert time.monotonic() < guard and proc.poll() is None, "marun waits for the name"
+            time.sleep(0.02)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
         ends.append((proc.returncode, err))
