@@ -12,7 +12,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from subprocess import CompletedProcess
 from typing import Any
@@ -165,6 +166,22 @@ def run_marun(
         timeout=timeout,
         check=False,
     )
+
+
+def shown_while_running(
+    shown: Callable[[], bool], proc: subprocess.Popen[Any], limit: float, every: float = 0.05
+) -> bool:
+    """Whether `shown()` comes true within `limit` s, while `proc` runs or in what it left once it
+    ended: it is polled before each look, so the look after its end reads its last lines (a
+    process that printed the line and exited between a look and a poll is not a failure)."""
+    deadline = time.monotonic() + limit
+    while True:
+        ended = proc.poll() is not None
+        if shown():
+            return True
+        if ended or time.monotonic() > deadline:
+            return False
+        time.sleep(every)
 
 
 def free_port() -> int:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from conftest import clean_env, free_port
+from conftest import clean_env, free_port, shown_while_running
 
 DEADLINE = 90.0  # a hang guard only
 
@@ -124,14 +124,11 @@ class LoopbackJob:
         self.nodes[i].proc.send_signal(signum)
 
     def wait_for(self, i: int, pattern: str) -> None:
-        deadline = time.monotonic() + DEADLINE
-        while not re.search(pattern, self.nodes[i].output):
-            ended = self.nodes[i].proc.poll() is not None  # (its last lines read after)
-            if time.monotonic() > deadline or (
-                ended and not re.search(pattern, self.nodes[i].output)
-            ):
-                raise AssertionError(f"node {i} never showed {pattern!r}\n{self.report()}")
-            time.sleep(0.05)
+        node = self.nodes[i]
+        if not shown_while_running(
+            lambda: bool(re.search(pattern, node.output)), node.proc, DEADLINE
+        ):
+            raise AssertionError(f"node {i} never showed {pattern!r}\n{self.report()}")
 
     def finish(self) -> dict[int, int]:
         deadline = time.monotonic() + DEADLINE

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from loopback_job import DEADLINE, LoopbackJob
 
-from conftest import clean_env, free_port
+from conftest import clean_env, free_port, shown_while_running
 
 # A TensorFlow task that says it is up and serves until it is stopped (a ps never ends itself).
 TF_TASK = """\
@@ -63,16 +63,11 @@ def slot(job_json: dict[str, Any], node: int) -> dict[str, Any]:
 
 
 def wait_for_line(log: Path, text: str, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + DEADLINE
-
     def shown() -> bool:
         return log.exists() and text in log.read_text(errors="replace")
 
-    while not shown():
-        ended = proc.poll() is not None  # (its last lines read after)
-        if time.monotonic() > deadline or (ended and not shown()):
-            raise AssertionError(f"{log} never showed {text!r}")
-        time.sleep(0.05)
+    if not shown_while_running(shown, proc, DEADLINE):
+        raise AssertionError(f"{log} never showed {text!r}")
 
 
 @pytest.fixture

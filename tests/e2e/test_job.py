@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from local_cluster import framework_python
 
-from conftest import REPO
+from conftest import REPO, shown_while_running
 from netns_cluster import NetnsCluster, available
 
 pytestmark = pytest.mark.e2e
@@ -158,14 +158,11 @@ class Job:
         return {i: n.proc.returncode for i, n in self.nodes.items()}
 
     def wait_for(self, i: int, pattern: str) -> float:
-        deadline = time.monotonic() + DEADLINE
-        while not re.search(pattern, self.nodes[i].output):
-            ended = self.nodes[i].proc.poll() is not None  # (its last lines read after)
-            if time.monotonic() > deadline or (
-                ended and not re.search(pattern, self.nodes[i].output)
-            ):
-                pytest.fail(f"node {i} never showed {pattern!r}\n{self.report()}")
-            time.sleep(0.05)
+        node = self.nodes[i]
+        if not shown_while_running(
+            lambda: bool(re.search(pattern, node.output)), node.proc, DEADLINE
+        ):
+            pytest.fail(f"node {i} never showed {pattern!r}\n{self.report()}")
         return time.monotonic()
 
     def report(self) -> str:

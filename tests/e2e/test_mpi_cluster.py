@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 from local_cluster import framework_python
 
-from conftest import REPO
+from conftest import REPO, shown_while_running
 from netns_cluster import NAME_PREFIX, NetnsCluster, available
 
 pytestmark = pytest.mark.e2e
@@ -163,13 +163,13 @@ class MpiJob:
 
     def wait_for(self, i: int, pattern: str, count: int) -> None:
         """Until node i's console shows `count` lines matching `pattern`."""
-        deadline = time.monotonic() + DEADLINE
-        while len(re.findall(pattern, self.nodes[i].output)) < count:
-            ended = self.nodes[i].proc.poll() is not None  # (its last lines read after)
-            shown = len(re.findall(pattern, self.nodes[i].output)) >= count
-            if time.monotonic() >= deadline or (ended and not shown):
-                pytest.fail(f"node {i} never showed {count} x {pattern!r}\n{self.report()}")
-            time.sleep(0.1)
+        node = self.nodes[i]
+
+        def shown() -> bool:
+            return len(re.findall(pattern, node.output)) >= count
+
+        if not shown_while_running(shown, node.proc, DEADLINE, every=0.1):
+            pytest.fail(f"node {i} never showed {count} x {pattern!r}\n{self.report()}")
 
     def job_json(self) -> dict[str, Any]:
         """Node 0's job.json: every node's end as the coordinator saw it."""
