@@ -3,6 +3,7 @@ in this process, as node 0's and the other nodes' marun hold them."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -286,14 +287,26 @@ class HandLeader:
         self.server.close()
 
 
+# What node 0 says while the member does not run: a heartbeat; the job's stop (a node lost);
+# a restart round (a node lost, with rounds)
+NODE_2_LOST = Failure(node=2, host="h2", exit_code=LOST_EXIT, why="node 2 (h2) lost")
+SAID_DURING = {
+    "hb": {},
+    "stop": {"code": LOST_EXIT, "failure": NODE_2_LOST.to_wire()},
+    "restart": {"round": 1, "cause": NODE_2_LOST.to_wire()},
+}
+
+
+@pytest.mark.parametrize("said", sorted(SAID_DURING))
 def test_a_member_that_did_not_run_hears_node_0s_waiting_lines_before_judging_it(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, said: str
 ) -> None:
-    """A member's thread stops for 2.5 s right after a read that found nothing (frozen or
-    starved: under its 3 s stall mark, so no credit for it), 1 s after node 0's last line,
-    with peer_timeout 3 s. Node 0 spoke 0.5 s into that stop: its line waits in the socket and
-    is read before the member's next turn judges node 0's silence (3.5 s since the line before,
-    past peer_timeout). The member does not give up on a node 0 that talks."""
+    """A running member's thread stops for 2.5 s right after a read that found nothing (frozen
+    or starved: under its 3 s stall mark, so no credit for it), 1 s after node 0's last line,
+    with peer_timeout 3 s. Node 0 spoke 0.5 s into that stop (a heartbeat, the job's stop for a
+    lost node, or a restart round): its line waits in the socket and is read before the
+    member's next turn judges node 0's silence (3.5 s since the line before, past
+    peer_timeout). The member takes node 0's word; it does not give up on a node 0 that talks."""
     leader = HandLeader()
     stop_after: list[float] = []  # monotonic: the first read after this stops the thread
     stopped = threading.Event()
@@ -311,17 +324,25 @@ def test_a_member_that_did_not_run_hears_node_0s_waiting_lines_before_judging_it
     member = Member(
         coord, SECRET, "h1", log=lambda event, level="info", **_: logged.append((event, level))
     )
+    heard: list[JobEvent] = []
     try:
         leader.take()
-        stop_after.append(time.monotonic() + 1.0)  # (node 0's last line: its welcome, now)
+        leader.say("start")
+        stop_after.append(time.monotonic() + 1.0)  # (node 0's last line: its start, now)
         assert stopped.wait(5.0), "the member's thread reads again within the guard"
         time.sleep(0.5)
-        leader.say("hb")  # node 0 talks while the member does not run
+        leader.say(said, **SAID_DURING[said])  # node 0 talks while the member does not run
         deadline = time.monotonic() + 4.0  # past the stop's end, and past peer_timeout again
         while time.monotonic() < deadline:
-            assert all(e.kind != "stop" for e in member.poll()), "the member gave up on node 0"
-            leader.say("hb")
+            heard += member.poll()
+            with contextlib.suppress(OSError):  # (a member that gave up closed its end)
+                leader.say("hb")  # (node 0 beats on after its stop too, until the job is done)
             time.sleep(0.3)
+        kinds = [e.kind for e in heard]
+        assert kinds == ["start", *([] if said == "hb" else [said])], heard
+        if said != "hb":
+            failure = heard[-1].failure
+            assert failure is not None and failure.node == 2, heard  # node 0's word, not its own
         assert not member.machine.gave_up
         assert [e for e, level in logged if level == "error"] == []
     finally:
