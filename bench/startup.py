@@ -32,25 +32,36 @@ from _common import (
 )
 
 INIT = ["--init_method", "tcp://127.0.0.1:29500"]
+TABLE = REPO / "tests" / "data" / "ranktables" / "ascend_tutorial_1x8.json"
 
 
 def run(small: bool, runs: int, torchrun: bool = True) -> list[Row]:
     env = bench_env()
     with tempfile.TemporaryDirectory(prefix="marun-startup-") as tmp:
         Path(tmp, "noop.py").write_text("pass\n")
+        # the platform's Ascend engine starts marun once per device: the most frequent start
+        ascend = {**env, "MA_NUM_HOSTS": "1", "RANK_ID": "3", "RANK_TABLE_FILE": str(TABLE)}
         cases = {
-            "python noop.py": [PYTHON, "noop.py"],
-            "marun run (exec path)": [PYTHON, "-m", "marun", "run", "--", "noop.py", *INIT],
-            "marun plan": [PYTHON, "-m", "marun", "plan", "--", "noop.py", *INIT],
+            "python noop.py": ([PYTHON, "noop.py"], env),
+            "marun run (exec path)": ([PYTHON, "-m", "marun", "run", "--", "noop.py", *INIT], env),
+            "marun run --mode ascend (exec path, a device)": (
+                [PYTHON, "-m", "marun", "run", "--mode", "ascend", "--", "noop.py"],
+                ascend,
+            ),
+            "marun plan": ([PYTHON, "-m", "marun", "plan", "--", "noop.py", *INIT], env),
         }
         venvs = Path(os.environ.get("MARUN_VENVS", REPO / ".cache" / "venvs"))
         torch_py = venvs / "torch" / "bin" / "python"
         if torchrun and not small and torch_py.exists():
-            cases["torchrun --nproc-per-node 1"] = [
-                str(torch_py), "-m", "torch.distributed.run", "--nproc-per-node", "1", "noop.py"
-            ]  # fmt: skip
+            cases["torchrun --nproc-per-node 1"] = (
+                [str(torch_py), "-m", "torch.distributed.run", "--nproc-per-node", "1", "noop.py"],
+                env,
+            )
         results = interleaved(
-            [lambda argv=argv: timed(argv, env, tmp) for argv in cases.values()],  # type: ignore[misc]
+            [
+                lambda argv=argv, case_env=case_env: timed(argv, case_env, tmp)  # type: ignore[misc]
+                for argv, case_env in cases.values()
+            ],
             max(5, runs // 4) if small else runs,
         )
     (base, base_rss), *rest = results

@@ -352,8 +352,7 @@ def check_plan(platform: Platform, mode: str | None) -> list[Check]:
     `marun plan` builds it (a dry run, through marun.launch), so doctor cannot disagree with
     `marun run`: what it refuses, and every port its processes and the job's coordination will
     listen on, checked as `marun run` checks them before anything starts."""
-    from dataclasses import replace
-
+    from marun.inputs.records import replace
     from marun.launch import build_plan
 
     try:

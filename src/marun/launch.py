@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 
 from marun.inputs.injected import Platform
+from marun.inputs.records import replace
 from marun.plan.launch_plan import LaunchPlan
 from marun.plan.modes import Planner
 

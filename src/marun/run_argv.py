@@ -11,7 +11,6 @@ both follow: tests/unit/test_run_argv.py checks it against the typer command's p
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 TYPE_CHECKING = False  # typing's, without importing typing on the path to exec (mypy: True)
 if TYPE_CHECKING:
@@ -89,14 +88,16 @@ FALSE_WORDS = frozenset({"--per-device"})
 MODE_VALUES = ("auto", "ascend", "mindspore", "pytorch", "tensorflow", "mpi")
 
 
-@dataclass
 class RunArgs:
-    command: list[str] = field(default_factory=list)
-    mode: str = "auto"
-    config: str | None = None
-    supervise: bool = False
-    verbose: bool = False
-    settings: dict[str, Any] = field(default_factory=dict)  # the Settings options, None: not given
+    """What the hand parser read (a plain class: a dataclass costs the path to exec its import)."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.command = command
+        self.mode = "auto"
+        self.config: str | None = None
+        self.supervise = False
+        self.verbose = False
+        self.settings: dict[str, Any] = {}  # the Settings options, None: not given
 
 
 def _convert(kind: str, text: str) -> Any:

@@ -10,12 +10,13 @@ part of that plan, so they cannot drift apart; this test is what says so.
 from __future__ import annotations
 
 import subprocess
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from conftest import DATA, run_marun
+from marun.inputs.records import fields
 from marun.inputs.settings import Settings
 
 INIT = ("--init_method", "tcp://127.0.0.1:29500")  # what the platform appends for pytorch

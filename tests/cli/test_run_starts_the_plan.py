@@ -255,9 +255,11 @@ def test_a_refused_option_gets_the_same_line_on_both_paths(
 
 def test_marun_run_does_not_import_typer(tmp_path: Path) -> None:
     """The path to exec imports neither the CLI library nor what only annotations or pathlib's
-    conveniences would need (typing, pathlib with urllib.parse: 9 ms of a start here)."""
+    conveniences would need (typing, pathlib with urllib.parse: 9 ms of a start here), nor
+    dataclasses (with inspect, and a compile a method: 21 ms; the plan's classes are
+    marun.inputs.records)."""
     (tmp_path / "show.py").write_text("import sys; print('typer' in sys.modules)\n")
-    heavy = ("typer", "click", "rich", "typing", "pathlib", "urllib")
+    heavy = ("typer", "click", "rich", "typing", "pathlib", "urllib", "dataclasses", "inspect")
     code = (
         "import sys, marun.command.entry; sys.argv = ['marun', 'run', '--', 'show.py',"
         " '--init_method',"

@@ -10,10 +10,10 @@ from the environment (MARUN_GRACE_PERIOD, ...), as for the CLI.
 import json
 import os
 import sys
-from dataclasses import replace
 
 from marun.errors import MarunError
 from marun.inputs.injected import read_platform
+from marun.inputs.records import replace
 from marun.inputs.settings import load_settings
 from marun.launch import open_link
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec

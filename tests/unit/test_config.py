@@ -93,8 +93,7 @@ def test_config_errors_name_the_file(tmp_path: Path) -> None:
 def test_every_whole_number_setting_has_its_bounds() -> None:
     """The strict parser needs each integer setting's range: a new one without it would be a
     KeyError (a traceback) instead of a checked value."""
-    from dataclasses import fields
-
+    from marun.inputs.records import fields
     from marun.inputs.settings import INT_RANGES, Settings
 
     ints = {f.name for f in fields(Settings) if str(f.type).startswith("int")}

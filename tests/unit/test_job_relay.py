@@ -10,11 +10,12 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import pytest
 
 from marun.exit_codes import LOST_EXIT
+from marun.inputs.records import replace
 from marun.job import machine
 from marun.job.coordinator import Coordinator
 from marun.job.member import Member

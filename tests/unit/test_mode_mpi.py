@@ -17,7 +17,6 @@ import socket
 import subprocess
 import sys
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ import pytest
 import yaml
 
 from conftest import REPO, clean_env, run_marun
+from marun.inputs.records import replace
 from mpi_plans import (
     JOB,
     files_of,

@@ -121,9 +121,8 @@ def test_doctor_host_name_says_what_the_mode_needs(
     mode: str | None, status: str, word: str, tmp_path: Path
 ) -> None:
     """`doctor --mode pytorch` no longer warns about MindSpore's device numbering."""
-    from dataclasses import replace
-
     from marun.doctor import check_hostname
+    from marun.inputs.records import replace
 
     env = {"MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "1", "VC_WORKER_HOSTS": "w-0.j,w-1.j"}
     platform = replace(read_platform(["x.py"], env, str(tmp_path)), hostname="elsewhere")

@@ -15,7 +15,8 @@ Ascend, where the platform appends nothing, stays with the script.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+
+from marun.inputs.records import dataclass, field
 
 PYTORCH_FLAGS = ("init_method", "rank", "world_size")
 TENSORFLOW_FLAGS = ("task_index", "ps_hosts", "worker_hosts", "job_name")

@@ -127,8 +127,10 @@ def lookup_ipv4(name: str) -> str:
 def resolve_ipv4(name: str, timeout: float) -> str:
     """The IPv4 address of `name`, retrying with backoff for up to `timeout` seconds: DNS for
     a pod's name can appear some time after the pod starts (Volcano #1972, #452)."""
-    if is_ipv4(name):
-        return name
+    try:  # the usual case, a name that resolves: no retry machinery on the path to exec
+        return lookup_ipv4(name)  # (tenacity: 10 ms of imports)
+    except OSError:
+        pass  # not yet: the loop below looks again at once, then with backoff
     from tenacity import (
         retry,
         retry_if_exception_type,

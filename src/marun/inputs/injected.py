@@ -13,11 +13,11 @@ import re
 import socket
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
 from marun.errors import InputError, bad_value
 from marun.inputs.appended_args import AppendedArgs, split_appended
 from marun.inputs.numbers import MAX_NODES, MAX_PROCS_PER_NODE, parse_int
+from marun.inputs.records import dataclass, field
 from marun.inputs.settings import Settings
 
 # The platform's node index, most specific first (the platform's own MPI start script reads them

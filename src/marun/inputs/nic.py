@@ -16,9 +16,9 @@ interfaces this node has (Gloo fails on a name the node lacks), and Open MPI's
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from marun.errors import bad_value
+from marun.inputs.records import dataclass
 
 
 @dataclass(frozen=True)

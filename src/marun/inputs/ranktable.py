@@ -20,14 +20,17 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
 
 from marun.errors import InputError, bad_value, show_value
 from marun.inputs.hosts import is_ip, is_ipv4
 from marun.inputs.numbers import MAX_RANKS, is_digits
+from marun.inputs.records import dataclass
 from marun.inputs.textfile import parse_guarded, read_input_text
+
+TYPE_CHECKING = False  # typing's, without importing typing on the path to exec (mypy: True)
+if TYPE_CHECKING:
+    from typing import Any
 
 GROUP_LIST = "group_list"
 SERVER_LIST = "server_list"

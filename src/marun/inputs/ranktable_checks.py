@@ -5,39 +5,39 @@ where the table says how many."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
 
 from marun.errors import InputError
 
+TYPE_CHECKING = False  # typing's, without importing typing on the path to exec (mypy: True)
+if TYPE_CHECKING:
+    from typing import Any, Protocol
 
-# What these checks read of marun.inputs.ranktable's values (its reader, a device entry, a
-# server), said here as protocols: that module imports this one.
-class _Reader(Protocol):
-    def error(self, what: str) -> InputError: ...
+    # What these checks read of marun.inputs.ranktable's values (its reader, a device entry, a
+    # server), said here as protocols: that module imports this one.
+    class _Reader(Protocol):
+        def error(self, what: str) -> InputError: ...
 
-    def integer(self, data: Mapping[str, Any], key: str, where: str) -> int | None: ...
+        def integer(self, data: Mapping[str, Any], key: str, where: str) -> int | None: ...
 
+    class _DeviceEntry(Protocol):
+        @property
+        def server_id(self) -> str: ...
 
-class _DeviceEntry(Protocol):
-    @property
-    def server_id(self) -> str: ...
+        @property
+        def device_id(self) -> int: ...
 
-    @property
-    def device_id(self) -> int: ...
+        @property
+        def rank(self) -> int: ...
 
-    @property
-    def rank(self) -> int: ...
+        @property
+        def where(self) -> str: ...
 
-    @property
-    def where(self) -> str: ...
+    class Server(Protocol):
+        @property
+        def server_id(self) -> str: ...
 
-
-class Server(Protocol):
-    @property
-    def server_id(self) -> str: ...
-
-    @property
-    def devices(self) -> Sequence[object]: ...
+        @property
+        def devices(self) -> Sequence[object]: ...
 
 
 def check_ranks(r: _Reader, device_entries: Sequence[_DeviceEntry]) -> None:

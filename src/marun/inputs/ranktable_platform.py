@@ -7,7 +7,6 @@ the file, the wait) is marun.inputs.ranktable's."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from marun.errors import InputError, bad_value
 from marun.inputs.injected import TASK_INDEX_VARS, Platform
@@ -20,6 +19,7 @@ from marun.inputs.ranktable import (
     parse_rank_table,
     read_table_text,
 )
+from marun.inputs.records import dataclass
 
 # This node's own address as the platform states it: container IP, then the physical host's
 # (a group_list `server_id` is usually the host's IP; davincirun matches MA_CURRENT_HOST_IP).
@@ -242,6 +242,10 @@ def load_rank_table(path: str, timeout: float, interval: float = 1.0) -> RankTab
     (the platform writes the device addresses once every pod is placed), for at most `timeout`
     seconds. Once the table has been seen initializing, a read that fails to parse is taken for
     the platform's rewrite in progress and retried too; the last error is reported at the end."""
+    try:  # the usual case, a table written before the start: no retry machinery on the path to
+        return parse_rank_table(read_table_text(path), path)  # exec (tenacity: 10 ms of imports)
+    except RankTableNotReady:
+        pass  # the first look of the loop below says "waiting for rank table", and waits
     from tenacity import RetryCallState, retry, retry_if_exception_type, stop_after_delay
 
     timeout = max(0.0, timeout)

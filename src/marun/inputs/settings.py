@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
 
 from marun.errors import InputError, bad_value
 from marun.inputs.numbers import (
@@ -20,6 +19,7 @@ from marun.inputs.numbers import (
     parse_int,
     parse_seconds,
 )
+from marun.inputs.records import dataclass, field, fields, replace
 from marun.inputs.textfile import nested_too_deeply, parse_guarded, read_input_text
 
 TYPE_CHECKING = False  # typing's, without importing typing on the path to exec (mypy: True)

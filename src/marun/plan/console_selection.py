@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from marun.errors import InputError, bad_value
+from marun.inputs.records import dataclass
 
 # ASCII only: str.isdigit() also says yes to "²" and "١٢", which int() refuses or reads otherwise.
 _DIGITS = re.compile(r"[0-9]{1,18}")

@@ -9,7 +9,8 @@ Values only: this module imports nothing of marun.plan, so the plan value (launc
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+
+from marun.inputs.records import dataclass
 
 TYPE_CHECKING = False  # typing's, without importing typing on the path to exec (mypy: True)
 if TYPE_CHECKING:

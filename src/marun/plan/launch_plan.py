@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
 
 from marun.errors import InputError, bad_value
+from marun.inputs.records import dataclass, field, replace
 from marun.plan.console_selection import ConsoleSelection
 from marun.plan.coordination import Coordination, JobShape, coordination_from_dict
 

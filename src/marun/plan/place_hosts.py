@@ -14,9 +14,9 @@ with those places' hosts in it (the port stays the place's: a spare's TF server 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 from marun.errors import InputError
+from marun.inputs.records import replace
 from marun.plan.launch_plan import ProcessSpec
 
 PLACE_HOSTS_VAR = "MARUN_PLACE_HOSTS"  # "1=host-d,2=10.0.0.7": place=host, a spare's each

@@ -12,11 +12,10 @@ Only what a place changes is rewritten: the index variables, the node count, and
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-
 from marun.errors import InputError, bad_value
 from marun.inputs.appended_args import AppendedArgs
 from marun.inputs.injected import TASK_INDEX_VARS, Platform
+from marun.inputs.records import dataclass, replace
 
 # The modes whose places are planned from the node index, the node count and the hosts (what a
 # spare rewrites; node 0 is never replaced; node 0's MPI hostfile and every TF_CONFIG name the

@@ -24,10 +24,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from marun.errors import InputError, bad_value
 from marun.inputs.injected import Platform
+from marun.inputs.records import replace
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
 from marun.sim.ports import free_port
 from marun.sim.shared import JOB, outer_supervision, script_words

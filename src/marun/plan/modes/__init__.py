@@ -11,10 +11,10 @@ inputs before any wait, and the coordination section (marun.plan.build_coordinat
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 from marun.errors import InputError, bad_value
 from marun.inputs.injected import Platform
+from marun.inputs.records import replace
 from marun.plan.build_coordination import coordination_for
 from marun.plan.launch_plan import LaunchPlan, Supervision, execs_lone_process
 

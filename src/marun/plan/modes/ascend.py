@@ -25,7 +25,6 @@ Each process gets (the HCCL tutorial's layout, davincirun's variables):
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 
 from marun.errors import InputError
 from marun.inputs.injected import Platform
@@ -42,6 +41,7 @@ from marun.inputs.ranktable_platform import (
     rank_id_from_env,
     which_server,
 )
+from marun.inputs.records import replace
 from marun.plan.coordination import JobShape
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
 from marun.plan.modes.common import pending_table_plan, script_argv, socket_ifname_env

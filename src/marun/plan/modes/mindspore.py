@@ -58,12 +58,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from marun.errors import bad_value
 from marun.inputs.hosts import is_ipv4
 from marun.inputs.injected import Platform
 from marun.inputs.numbers import MAX_SECONDS, PORT_MAX, parse_int, parse_port
+from marun.inputs.records import dataclass
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
 from marun.plan.modes.common import log_dir, pending_table_plan, script_argv, socket_ifname_env
 from marun.plan.modes.mindspore_layout import (

@@ -4,13 +4,12 @@ table. marun.plan.modes.mindspore turns a layout into processes; its docstring h
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from marun.errors import InputError, bad_value
 from marun.inputs.hosts import ResolveError, is_ip, is_ipv4, node_hosts, resolve_ipv4
 from marun.inputs.injected import Platform
 from marun.inputs.nic import Nic, choose_nic
 from marun.inputs.ranktable import RankTable, Server
+from marun.inputs.records import dataclass
 from marun.plan.coordination import JobShape
 
 MODE = "mindspore"

@@ -10,10 +10,10 @@ for servers that never come, until its topology timeout.
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 
 from marun.errors import bad_value
 from marun.inputs.injected import Platform
+from marun.inputs.records import replace
 from marun.plan.launch_plan import ProcessSpec
 
 MAX_SERVERS = 1024  # a bound on a typo, far above any real job

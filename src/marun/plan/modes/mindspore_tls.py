@@ -31,11 +31,11 @@ import shutil
 import subprocess
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
 
 from marun.errors import InputError, bad_value
 from marun.inputs.injected import Platform
+from marun.inputs.records import dataclass, replace
 from marun.plan.launch_plan import FileSpec, NodePlan
 
 CONFIG_VAR = "MARUN_MS_TLS_CONFIG"

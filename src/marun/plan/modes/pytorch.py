@@ -12,12 +12,12 @@ torchrun does by default (`--use-env`), no `--local-rank` argument is added.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from marun.errors import InputError, bad_value
 from marun.inputs.hosts import is_host
 from marun.inputs.injected import Platform
 from marun.inputs.numbers import MAX_NODES, PORT_MAX, PORT_MIN, is_digits, is_port, parse_int
+from marun.inputs.records import dataclass
 from marun.plan.coordination import JobShape
 from marun.plan.launch_plan import ERROR_FILE_VAR, LaunchPlan, NodePlan, ProcessSpec
 from marun.plan.modes import torchrun_options

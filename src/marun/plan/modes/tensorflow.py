@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from marun.errors import InputError, bad_value, show_value
 from marun.inputs.appended_args import TENSORFLOW_FLAGS
 from marun.inputs.injected import Platform
 from marun.inputs.numbers import MAX_NODES, parse_int
+from marun.inputs.records import dataclass
 from marun.inputs.tf_hosts import HOSTS_VARS, parse_host_list, split_address
 from marun.plan.coordination import JobShape
 from marun.plan.launch_plan import LaunchPlan, NodePlan, ProcessSpec
