@@ -138,7 +138,11 @@ sys.stdin.read()
 
 REAL_MEMBER = (
     """\
-import dataclasses, os, sys, time
+import os, sys, time
+try:
+    from marun.inputs.records import replace  # the plan's classes are records from b8a2201 on
+except ImportError:  # an older tree measured against this one
+    from dataclasses import replace
 from marun.job.member import Member
 from marun.job.protocol import PROTOCOL
 from marun.plan.coordination import Coordination
@@ -153,8 +157,8 @@ secret = os.environ["MARUN_JOB_TOKEN"].encode()
 members = []
 if PROTOCOL >= 3 and slots > 1:  # one connection per node: the node's relay and every slot
     from marun.job.relay import Relay
-    relay = Relay(dataclasses.replace(coord, slot=0), secret, "127.0.0.1").start()
-    members = [Member(dataclasses.replace(coord, slot=s), secret, "127.0.0.1")
+    relay = Relay(replace(coord, slot=0), secret, "127.0.0.1").start()
+    members = [Member(replace(coord, slot=s), secret, "127.0.0.1")
                for s in range(slots)]
 else:
     members = [Member(coord, secret, "127.0.0.1")]

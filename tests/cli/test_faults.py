@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,9 @@ from conftest import clean_env, run_marun
 MARUN = [sys.executable, "-m", "marun"]
 SLEEPER = """\
 import os, time
-open(os.path.join(os.environ["F_DIR"], "pid." + os.environ["RANK"]), "w").write(str(os.getpid()))
+path = os.path.join(os.environ["F_DIR"], "pid." + os.environ["RANK"])
+open(path + ".part", "w").write(str(os.getpid()))
+os.replace(path + ".part", path)  # whole or absent: never an empty pid file
 time.sleep(300)
 """
 
@@ -72,13 +73,12 @@ def test_ranks_end_when_marun_is_sigkilled(tmp_path: Path) -> None:
     try:
         pids = wait_until(
             lambda: (
-                [int((tmp_path / f"pid.{r}").read_text() or 0) for r in range(3)]
+                [int((tmp_path / f"pid.{r}").read_text()) for r in range(3)]
                 if all((tmp_path / f"pid.{r}").exists() for r in range(3))
                 else None
             ),
             "the ranks",
         )
-        time.sleep(0.2)  # past each rank's first write
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         wait_until(lambda: not any(alive(p) for p in pids), "the ranks to end", limit=10)

@@ -32,6 +32,9 @@ armed = os.environ.get("ARMED")  # a file: the trapping rank's handler is set
 if str(rank) in os.environ.get("RANKS_TRAP", "").split(","):
     def trapped(signum, frame):
         print(f"rank {rank} trapped SIGTERM", flush=True)
+        held = os.environ.get("TRAP_UNTIL")  # a file: the stop is held until it exists
+        while held and not os.path.exists(held):
+            time.sleep(0.05)
     signal.signal(signal.SIGTERM, trapped)
     open(armed, "w").close()
 if f"{rank}:{rnd}" in os.environ.get("RANKS_FAIL", "").split(","):
@@ -288,19 +291,27 @@ def test_under_nohup_a_hangup_during_a_round_s_stop_barrier_changes_nothing(
     tmp_path: Path,
 ) -> None:
     """Every node's marun under `nohup` (SIGHUP ignored by whoever started it: it stays ignored
-    in every phase). Rank 4 fails, round 1 begins; rank 1 traps SIGTERM, so the round's barrier
-    holds for the grace period; a SIGHUP to every marun meanwhile changes nothing: the round
-    starts, its ranks finish, every node ends 0."""
+    in every phase). Rank 4 fails, round 1 begins; rank 1 traps SIGTERM and holds the round's
+    barrier until the test releases it; a SIGHUP to every marun meanwhile changes nothing: the
+    round starts, its ranks finish, every node ends 0."""
+    release = tmp_path / "release"
     job = _job(
-        tmp_path, RANKS_FAIL="4:0", RANKS_TRAP="1", ARMED=str(tmp_path / "armed"), RUN_FOR="3"
+        tmp_path,
+        RANKS_FAIL="4:0",
+        RANKS_TRAP="1",
+        ARMED=str(tmp_path / "armed"),
+        TRAP_UNTIL=str(release),
+        RUN_FOR="3",
     )
-    job.options = ["--max-restarts", "3", "--grace-period", "6"]
+    job.options = ["--max-restarts", "3", "--grace-period", "60"]
     job.wrapper = ["nohup"]
     try:
         job.start([0, 1, 2], RANKS)
-        _wait_log(job, 0, 1, "rank 1 trapped SIGTERM")  # the barrier is held now
+        # the barrier is held now, until the release: the hangups land inside it
+        _wait_log(job, 0, 1, "rank 1 trapped SIGTERM")
         for node in (0, 1, 2):
             job.signal(node, signal.SIGHUP)
+        release.write_text("")
         codes = job.finish()
     finally:
         job.kill_all()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -72,8 +73,12 @@ TRAIN = """\
 import json, os, sys, time
 want = json.loads(os.environ["WANT"])
 got = sum(os.environ.get(k) == v for k, v in want.items())
-print(f"secrets received: {got}/{len(want)}", flush=True)
-time.sleep(float(os.environ.get("LINGER", "2")))
+print(f"secrets received: {got}/{len(want)} (pid {os.getpid()})", flush=True)
+go_on = os.environ.get("GO_ON")  # the test looked at every command line: end
+deadline = time.monotonic() + 120
+while go_on and not os.path.exists(go_on) and time.monotonic() < deadline:
+    time.sleep(0.05)
+time.sleep(0 if go_on else float(os.environ.get("LINGER", "2")))
 """
 
 
@@ -139,6 +144,7 @@ def _env(tmp_path: Path, mode: str) -> dict[str, str]:
             # One container of the job, alone (TF's worker beside its ps): no other node will
             # arrive; the job's coordination is tested in test_job.py.
             "MARUN_JOB_PORT": "0",
+            "GO_ON": str(tmp_path / "go_on"),
         }
     )
 
@@ -181,11 +187,16 @@ def test_plan_and_run_show_no_secret(mode: str, tmp_path: Path) -> None:
             assert proc.poll() is None, (tmp_path / "stderr").read_text()
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        for pid, words in _cmdlines().items():
+        scanned = _cmdlines()
+        for pid, words in scanned.items():
             text = " ".join(words)
             if _leaks(text, env_values):
                 cmdline_leaks.append(f"{pid}: {text}")
+        # the scan saw the job running: marun and the script that printed (it waits for GO_ON)
+        printed = [int(p) for p in re.findall(r"\(pid (\d+)\)", (tmp_path / "stdout").read_text())]
+        assert proc.pid in scanned and printed and printed[0] in scanned, (proc.pid, printed)
     finally:
+        (tmp_path / "go_on").write_text("")
         try:
             code = proc.wait(timeout=60)
         except subprocess.TimeoutExpired:

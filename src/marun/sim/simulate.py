@@ -349,9 +349,8 @@ def simulate(request: SimulateRequest) -> int:
     options = inner_options(request, platform)
     if platform.settings.spares:
         # Refused here, once, as every simulated node would refuse it (marun.plan.spares).
-        from dataclasses import replace
-
         from marun.errors import bad_value
+        from marun.inputs.records import replace
         from marun.plan.spares import layout
 
         if request.mode == "tensorflow":
