@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from conftest import clean_env, run_marun
+from conftest import clean_env, free_port, run_marun
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 WORKER = SCRIPTS / "worker.py"
@@ -542,6 +542,12 @@ def test_console_selection_from_the_environment(tmp_path: Path) -> None:
 MS_ENV = {"MA_NUM_HOSTS": "1", "MA_NUM_GPUS": "2", "MARUN_RECOVERY_WAIT": "1"}
 
 
+def _ms_env() -> dict[str, str]:
+    """MS_ENV with a scheduler port of this lane's range: the default, 8118, is every lane's, and
+    a MindSpore job of the slow lane beside this one held it once (scripts/test.sh, the lanes)."""
+    return {**MS_ENV, "MARUN_MS_SCHED_PORT": str(free_port())}
+
+
 def _starts(tmp_path: Path, label: str) -> list[dict[str, Any]]:
     files = sorted(tmp_path.glob(f"env.{label}.*"), key=lambda p: int(p.suffix[1:]))
     return [json.loads(p.read_text()) for p in files]
@@ -549,7 +555,7 @@ def _starts(tmp_path: Path, label: str) -> list[dict[str, Any]]:
 
 def test_recovery_restarts_a_dead_worker_with_the_same_node_id(tmp_path: Path) -> None:
     env = worker_env(
-        tmp_path, MS_ENABLE_RECOVERY="1", MS_RECOVERY_PATH=str(tmp_path / "ckpt"), **MS_ENV
+        tmp_path, MS_ENABLE_RECOVERY="1", MS_RECOVERY_PATH=str(tmp_path / "ckpt"), **_ms_env()
     )
     args = ["run", "--mode", "mindspore", "--", str(WORKER), "0=flaky:1", "*=ok"]
     res = run_marun(args, env=env, cwd=tmp_path)
@@ -578,7 +584,7 @@ def test_without_recovery_or_after_the_last_restart_the_job_fails_fast(
     tmp_path: Path, recovery: str, max_restarts: str, starts: int
 ) -> None:
     env = worker_env(
-        tmp_path, MS_ENABLE_RECOVERY=recovery, MS_RECOVERY_PATH=str(tmp_path / "ckpt"), **MS_ENV
+        tmp_path, MS_ENABLE_RECOVERY=recovery, MS_RECOVERY_PATH=str(tmp_path / "ckpt"), **_ms_env()
     )
     args = ["run", "--mode", "mindspore", "--recovery-restarts", max_restarts, "--"]
     res = run_marun(
