@@ -15,6 +15,7 @@ from conftest import run_marun
 from marun.errors import InputError
 from marun.inputs.settings import load_settings
 from marun.plan.launch_plan import ROUND_VARS, Supervision, warm_entry
+from marun.plan.modes import preload_cost
 from marun.runtime.node_actions import StartWarmSpares, after_round_started
 from marun.runtime.reaper import Ending
 from marun.runtime.spare_program import spare_argv
@@ -94,6 +95,19 @@ def test_the_plan_shows_the_spares_and_their_cost(tmp_path: Path) -> None:
     table = run_marun(["plan", "--format", "table", *args, "--", script], cwd=tmp_path)
     assert "note: preload torch: 2 spare interpreter(s)" in table.stdout, table.stdout
     assert "preload torch" in table.stdout.split("note:")[0], table.stdout
+
+
+def test_the_spares_cost_is_the_listed_frameworks_own() -> None:
+    """`marun plan` states the measured cost of the framework listed (a MindSpore job is not
+    told torch's figure), and what a MindSpore spare does not save."""
+    torch = preload_cost(("torch", "numpy"))
+    assert "0.22 GB RSS each with torch 2.13" in torch and "mindspore" not in torch
+    mindspore = preload_cost(("mindspore", "mindspore.communication"))
+    assert "0.39 GB RSS each with mindspore 2.10" in mindspore, mindspore
+    assert "not its init()" in mindspore and "torch" not in mindspore
+    assert preload_cost(("torch", "mindspore")).count("GB RSS each") == 2
+    other = preload_cost(("transformers",))
+    assert other.startswith("what these modules hold") and "torch 2.13" in other
 
 
 # -- what a spare is started with and told ------------------------------------------------
