@@ -7,7 +7,9 @@ one a process of the same script). In round 0 every worker runs an AllReduce, th
 `--uptime` seconds (the round's life before its crash: a warm variant's spares import meanwhile,
 as they would beside a real training step), then worker 1 writes the time and exits 1. Round 1's
 workers write the time their first AllReduce returned and end 0. The figure: the crash -> the
-last worker's first AllReduce of round 1; p50 over `--runs` jobs of each, interleaved.
+last worker's first AllReduce of round 1; p50 over `--runs` jobs of each, interleaved. Each
+worker also stamps its phases (its imports, `init()`, its first AllReduce), printed per variant
+for round 1: a cold worker's `init()` includes its wait for the other processes' imports.
 
 Needs the MindSpore venv (`scripts/frameworks.sh mindspore`); prints why it skips otherwise.
 Not in run_all.py (a minute a job).
@@ -18,6 +20,7 @@ Not in run_all.py (a minute a job).
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import signal
@@ -37,12 +40,15 @@ DEADLINE = 240.0  # seconds a job may take; a hang guard only
 SCRIPT = """\
 import os, sys, time
 out, round_ = os.environ["STAMPS"], os.environ["MARUN_RESTART_COUNT"]
+began = time.time()
 import numpy as np
 import mindspore as ms
 from mindspore import ops
 from mindspore.communication import get_rank, init
+imported = time.time()
 ms.set_context(mode=ms.PYNATIVE_MODE, device_target="CPU")
 init()
+formed = time.time()
 if os.environ.get("MS_ROLE") != "MS_WORKER":
     sys.exit(0)  # the scheduler: init() served the cluster
 rank = get_rank()
@@ -50,6 +56,8 @@ ops.AllReduce()(ms.Tensor(np.ones(4, np.float32)))
 done = time.time()
 with open(os.path.join(out, f"allreduce.{round_}.{rank}"), "w") as fh:
     fh.write(repr(done))
+with open(os.path.join(out, f"phases.{round_}.{rank}"), "w") as fh:
+    fh.write(repr((imported - began, formed - imported, done - formed)))
 if round_ == "0":
     time.sleep(float(os.environ["UPTIME"]))
     if rank == 1:
@@ -60,8 +68,12 @@ if round_ == "0":
 """
 
 
-def one(warm: bool, uptime: float) -> tuple[float, int]:
-    """Seconds from the crash to every worker's first AllReduce of round 1; cold starts said."""
+Phases = tuple[float, float, float]  # a worker's imports, init(), first AllReduce (s)
+
+
+def one(warm: bool, uptime: float) -> tuple[float, int, list[Phases]]:
+    """Seconds from the crash to every worker's first AllReduce of round 1; cold starts said;
+    each round-1 worker's phases."""
     with tempfile.TemporaryDirectory(prefix="marun-bench-ms-") as tmp:
         work = Path(tmp)
         (work / "train.py").write_text(SCRIPT)
@@ -100,7 +112,8 @@ def one(warm: bool, uptime: float) -> tuple[float, int]:
             raise RuntimeError(f"the job ended {proc.returncode}: {err.decode()[-2000:]}")
         crash = float((stamps / "crash").read_text())
         done = max(float((stamps / f"allreduce.1.{r}").read_text()) for r in (0, 1))
-        return done - crash, err.decode().count("starts cold")
+        phases = [ast.literal_eval((stamps / f"phases.1.{r}").read_text()) for r in (0, 1)]
+        return done - crash, err.decode().count("starts cold"), phases
 
 
 def main() -> None:
@@ -113,15 +126,27 @@ def main() -> None:
         return
     cold: list[float] = []
     warm: list[float] = []
+    phases: dict[str, list[Phases]] = {"cold": [], "warm": []}
     colds = 0
     for _ in range(args.runs):  # interleaved: the machine's load falls on both alike
-        cold.append(one(False, args.uptime)[0])
-        seconds, started_cold = one(True, args.uptime)
+        seconds, _, cold_phases = one(False, args.uptime)
+        cold.append(seconds)
+        phases["cold"] += cold_phases
+        seconds, started_cold, warm_phases = one(True, args.uptime)
         warm.append(seconds)
+        phases["warm"] += warm_phases
         colds += started_cold
     c, w = statistics.median(cold), statistics.median(warm)
     print(f"medians of {args.runs} job(s) each, {load_note()}")
     print(json.dumps({"cold": [round(x, 2) for x in cold], "warm": [round(x, 2) for x in warm]}))
+    # Where round 1's time goes. A cold worker's init() includes waiting for the other
+    # processes' imports (the cluster forms once all are there), so it is longer than a warm one's.
+    for variant, rows in phases.items():
+        imports, formed, first = (statistics.median(p[i] for p in rows) for i in range(3))
+        print(
+            f"{variant}: round 1 per worker (medians of {len(rows)}): imports {imports:.2f} s, "
+            f"init() {formed:.2f} s, first AllReduce {first:.2f} s"
+        )
     print_rows(
         [
             Row(
