@@ -224,14 +224,18 @@ def _preload_note(plan: LaunchPlan, python: str, modules: tuple[str, ...]) -> st
     )
 
 
-# What one spare costs while it waits, per framework module measured (docs/warm-restarts.md);
-# MindSpore's gain is said with it: a spare saves its imports, never its init().
+# What one spare holds while it waits, per framework module measured (docs/warm-restarts.md),
+# written once: each module's note and the note for a list of none of them are made from it.
+SPARE_RSS = {
+    "torch": "0.22 GB RSS each with torch 2.13",
+    "mindspore": "0.39 GB RSS each with mindspore 2.10",
+}
+# MindSpore's gain is said with its cost: a spare saves its imports, never its init().
 PRELOAD_COST = {
-    "torch": "about 0.22 GB RSS each with torch 2.13 (CPU), 0.15 GB of it its own",
+    "torch": f"about {SPARE_RSS['torch']} (CPU), 0.15 GB of it its own",
     "mindspore": (
-        "about 0.39 GB RSS each with mindspore 2.10 (CPU), 0.15 GB of it its own; a warm round "
-        "saves MindSpore's import, not its init() (the cluster's formation), which runs in "
-        "every round"
+        f"about {SPARE_RSS['mindspore']} (CPU), 0.15 GB of it its own; a warm round saves "
+        "MindSpore's import, not its init() (the cluster's formation), which runs in every round"
     ),
 }
 
@@ -243,10 +247,7 @@ def preload_cost(modules: tuple[str, ...]) -> str:
     known = [PRELOAD_COST[top] for top in tops if top in PRELOAD_COST]
     if known:
         return "; ".join(known)
-    return (
-        "what these modules hold (measured: 0.22 GB RSS each with torch 2.13, 0.39 GB with "
-        "mindspore 2.10)"
-    )
+    return f"what these modules hold (measured: {', '.join(SPARE_RSS.values())})"
 
 
 def _console_notes(plan: LaunchPlan, watching: Supervision, all_nodes: bool) -> tuple[str, ...]:
