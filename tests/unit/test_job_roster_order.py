@@ -111,7 +111,7 @@ class Twins:
         if roll < 0.2 and key in self.handle:
             self.both("message", self.handle[key], key, "hb", Beat(0.1, None), self.now, wall)
         elif roll < 0.5 and key in self.handle:
-            beats = [(self.handle[k], k, Beat(0.2, 1.0)) for k in self.keys if k[0] == key[0]
+            beats = [(self.handle[k], k, 0.2, 1.0, None) for k in self.keys if k[0] == key[0]
                      and k in self.handle]  # fmt: skip
             self.both("beats", beats, self.now, wall)
         elif roll < 0.506 and key in self.handle:

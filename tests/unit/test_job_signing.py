@@ -62,3 +62,17 @@ def test_an_odd_peer_nonce_is_escaped_not_injected() -> None:
     line = Template(SECRET, BODIES[0]).line(peer, 3)
     got = decode(SECRET, "j", line)
     assert got["peer"] == peer and got["seq"] == 3 and got["type"] == "hb"
+
+
+@pytest.mark.parametrize(
+    "peer", [new_nonce(), "ABCdef0123456789" * 2, None, "\u00e9" * 32, "a b" * 10]
+)
+@pytest.mark.parametrize("to", [None, 4])
+def test_every_kind_of_peer_signs_the_line_encode_would(peer: str | None, to: int | None) -> None:
+    """A nonce of ASCII letters and digits takes the short way (its head escaped by one
+    replace); anything else (None, non-ASCII letters, a space) is escaped by json.dumps; both
+    give the message protocol.encode gives."""
+    body = BODIES[2]
+    got = decode(SECRET, body["job"], Template(SECRET, body).line(peer, 5, to))
+    extra = {"peer": peer, "seq": 5} if to is None else {"peer": peer, "seq": 5, "to": to}
+    assert got == decode(SECRET, body["job"], encode(SECRET, {**body, **extra}))

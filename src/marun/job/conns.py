@@ -8,7 +8,7 @@ from __future__ import annotations
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from marun.job.protocol import (
     MAX_HELLO_LINE,
@@ -61,10 +61,6 @@ class Lane:
     @property
     def address(self) -> str:
         return self.conn.address
-
-
-# a `beats` entry as node 0's coordinator takes it: the slot's lane, slot, idle, cpu, progress
-LaneBeat = tuple[Lane, int, float, Optional[float], Optional[dict[str, Any]]]
 
 
 def resolve_all(hosts: tuple[str, ...]) -> set[str]:

@@ -34,20 +34,19 @@ from marun.job.actions import (
     Bind,
     Broadcast,
     Drop,
-    Handle,
-    Key,
     Log,
     Refuse,
     Send,
     TurnAway,
     WriteReport,
 )
-from marun.job.conns import Conn, Lane, LaneBeat
+from marun.job.conns import Conn, Lane
 from marun.job.job_state import RoundRecord
-from marun.job.machine import LOOK, JobMachine
-from marun.job.messages import Beat, Hello, StopJob, beat_of, member_message
+from marun.job.machine import LOOK, EntryBeat, JobMachine
+from marun.job.messages import Hello, StopJob, member_message, progress_of
 from marun.job.phases import JobPhase
 from marun.job.protocol import new_nonce
+from marun.job.relay_side import SlotBeat
 from marun.job.roster import Roster
 from marun.job.wire import TICK, JobPort
 from marun.plan.coordination import Coordination
@@ -306,13 +305,20 @@ class Coordinator:
                     return  # (dropped by the hello before)
                 self._apply(self.machine.hello(lane, lane.address, msg, now, wall))
 
-    def _beats(self, node: int, beats: list[LaneBeat]) -> None:
+    def _beats(self, conn: Conn, node: int, beats: list[SlotBeat]) -> None:
         """A relay's `beats` line: each slot's heartbeat, in one call of the machine under one
-        take of the lock (1,638 a second at 4,096 x 8)."""
+        take of the lock (1,638 a second at 4,096 x 8; one pass, no object per entry)."""
         now, wall = time.monotonic(), time.time()
-        taken: list[tuple[Handle, Key, Beat]] = [
-            (lane, (node, slot), beat_of(idle, cpu, progress))
-            for lane, slot, idle, cpu, progress in beats
+        lane = self.port.lane
+        taken: list[EntryBeat] = [
+            (
+                lane(conn, slot),
+                (node, slot),
+                idle if idle > 0.0 else 0.0,
+                cpu,
+                None if progress is None else progress_of(progress),
+            )
+            for slot, idle, cpu, progress in beats
         ]
         with self._lock:
             actions = self.machine.beats(taken, now, wall)

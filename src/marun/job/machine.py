@@ -10,6 +10,8 @@ marun.job.admission; restart rounds: marun.job.round_barrier.
 
 from __future__ import annotations
 
+from typing import Any, Optional
+
 from marun.exit_codes import HANG_EXIT, LOST_EXIT
 from marun.job import admission, preflight_barrier, round_barrier, spares
 from marun.job.actions import Action, Announce, Handle, Key, Refuse, WriteReport
@@ -49,6 +51,10 @@ GIVE_UP_MARGIN = 0.25
 # unless its marun reconnects meanwhile (a member reconnects at once after a drop).
 CLOSED_LOST = 1.5  # (a member dropped after its welcome tries again at once, then every 0.5 s)
 LATE_WAIT = 3.0  # after a stop, how long a node not (or no longer) present is waited for
+
+# One entry of a relay's `beats` line as the machine takes it: the lane it came on, the member it
+# speaks for, and that member's heartbeat (idle >= 0, cpu, progress: a NodeReport or None).
+EntryBeat = tuple[Handle, Key, float, Optional[float], Any]
 
 
 class JobMachine:
@@ -101,7 +107,7 @@ class JobMachine:
         if member is None:
             return [Refuse(handle, f"{kind} before hello")]
         if isinstance(msg, Beat):
-            self._beat(key, member, msg)
+            self._beat(key, member, msg.idle, msg.cpu, msg.progress)
         elif isinstance(msg, FailureSaid):
             self._failure(msg.failure, msg.round, msg.uptime, member)
         elif isinstance(msg, Stopped):
@@ -117,16 +123,16 @@ class JobMachine:
             self._preflight(key, msg)
         return self._taken()
 
-    def beats(self, beats: list[tuple[Handle, Key, Beat]], now: float, wall: float) -> list[Action]:
+    def beats(self, beats: list[EntryBeat], now: float, wall: float) -> list[Action]:
         """A relay's heartbeats of its node's slots (one `beats` line), each taken as message()
-        takes an `hb`, in one call (1,638 a second at 4,096 x 8)."""
+        takes an `hb` (_beat), in one call (1,638 a second at 4,096 x 8: no object per entry)."""
         self._clock(now, wall)
-        for handle, key, beat in beats:
+        for handle, key, idle, cpu, progress in beats:
             member = self._heard_from(handle, key)
             if member is None:
                 self.job.actions.append(Refuse(handle, "hb before hello"))
             else:
-                self._beat(key, member, beat)
+                self._beat(key, member, idle, cpu, progress)
         return self._taken()
 
     def _heard_from(self, handle: Handle, key: Key) -> MemberState | None:
@@ -141,12 +147,14 @@ class JobMachine:
             admission.back(job, member)
         return member
 
-    def _beat(self, key: Key, member: MemberState, beat: Beat) -> None:
-        member.idle = beat.idle
-        if beat.cpu is not None:
-            member.cpu_history.append((self.job.now, beat.cpu))
-        if beat.progress is not None:
-            self._progress_of(key, beat.progress)
+    def _beat(
+        self, key: Key, member: MemberState, idle: float, cpu: float | None, progress: Any
+    ) -> None:
+        member.idle = idle
+        if cpu is not None:
+            member.cpu_history.append((self.job.now, cpu))
+        if progress is not None:
+            self._progress_of(key, progress)
 
     def closed(self, handle: Handle, now: float) -> None:
         """A connection closed (the peer's doing or the shell's): its member is silent from now

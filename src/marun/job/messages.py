@@ -146,7 +146,7 @@ MemberMessage = Union[
 ]
 
 
-def _progress(value: object) -> Any:
+def progress_of(value: object) -> Any:
     """A heartbeat's progress report, or None (none, or not one: the beat counts all the same)."""
     if not isinstance(value, dict):
         return None
@@ -160,7 +160,7 @@ def _progress(value: object) -> Any:
 
 def beat_of(idle: float, cpu: float | None, progress: object = None) -> Beat:
     """An `hb` line's (or a `beats` entry's) heartbeat: idle, cpu, progress."""
-    return Beat(max(0.0, idle), cpu, None if progress is None else _progress(progress))
+    return Beat(max(0.0, idle), cpu, None if progress is None else progress_of(progress))
 
 
 def member_message(body: Mapping[str, Any]) -> MemberMessage | None:

@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from marun.job.conns import AllowedHosts, Conn, Lane, LaneBeat, checked_line, has_bytes
+from marun.job.conns import AllowedHosts, Conn, Lane, checked_line, has_bytes
 from marun.job.limits import (
     ACCEPTS_PER_WAKE,
     HELLO_WAIT,
@@ -44,6 +44,7 @@ from marun.job.protocol import (
     PROTOCOL,
     ProtocolError,
 )
+from marun.job.relay_side import SlotBeat
 from marun.job.signing import Template
 from marun.plan.coordination import Coordination
 
@@ -66,7 +67,7 @@ class JobPort:
         log: Callable[..., None],
         on_line: Callable[[Lane, dict[str, Any]], None],
         on_closed: Callable[[Lane], None],
-        on_beats: Callable[[int, list[LaneBeat]], None],
+        on_beats: Callable[[Conn, int, list[SlotBeat]], None],
         on_hellos: Callable[[list[tuple[Lane, dict[str, Any]]]], None],
     ) -> None:
         self.coord = coord
@@ -203,13 +204,13 @@ class JobPort:
             if kind == "gone":
                 self._gone(conn, body["slot"])
             elif kind == "hellos":
-                self._on_hellos([(self._lane(conn, hello["slot"]), hello) for hello in entries])
+                self._on_hellos([(self.lane(conn, hello["slot"]), hello) for hello in entries])
             elif kind == "beats":
-                self._on_beats(body["node"], [(self._lane(conn, b[0]), *b) for b in entries])
+                self._on_beats(conn, body["node"], entries)
             else:
-                self._on_line(self._lane(conn, body["slot"]), body)
+                self._on_line(self.lane(conn, body["slot"]), body)
 
-    def _lane(self, conn: Conn, slot: int) -> Lane:
+    def lane(self, conn: Conn, slot: int) -> Lane:
         """The lane of `slot` on `conn`, new or kept (kept for a slot of the job only)."""
         lane = conn.lanes.get(slot)
         if lane is None:
