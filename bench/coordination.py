@@ -92,9 +92,10 @@ nodes, slots, port = map(int, sys.argv[1:4])
 """
     + PATCH_BEATS
     + """\
+hubs = int(sys.argv[7]) if len(sys.argv) > 7 else 0  # --hubs: nodes per group (0: none)
 coord = Coordination(host="127.0.0.1", port=port, nodes=nodes, index=0, job=sys.argv[4],
                      slots=slots, arrival_timeout=600.0, peer_timeout=float(sys.argv[5]),
-                     auth="token")
+                     auth="token", **({"hub_group": hubs} if hubs else {}))
 if hasattr(Coordinator, "_apply"):  # the job machine's shell: the stop's actions carried out
     _apply = Coordinator._apply
     def timed_apply(self, actions):  # node 0's own part of the fan-out: every stop signed, sent
@@ -377,6 +378,41 @@ class LightNode(Light):
 
     slots: int = 8
     welcomed: int = 0
+    hub_group: ClassVar[int] = 0  # --hubs: nodes per group (liveness hubs, marun.plan.hubs)
+    nodes: ClassVar[int] = 0
+
+    def role(self) -> str:
+        """With --hubs: "hub" (a group's first node, past group 0), "child" (the others of such
+        a group) or "direct" (group 0, and the last node: the real relay beats node 0 itself)."""
+        size = LightNode.hub_group
+        if size < 2 or self.node < size or self.node == LightNode.nodes - 1:
+            return "direct"
+        return "hub" if self.node % size == 0 else "child"
+
+    async def _heartbeats(self) -> None:
+        role = self.role()
+        if role == "child":  # its beats go to its hub, whose `groupbeats` carry them to node 0
+            return
+        if role == "hub":
+            await asyncio.gather(super()._heartbeats(), self._group_beats())
+            return
+        await super()._heartbeats()
+
+    async def _group_beats(self) -> None:
+        """As a real hub hands on its group's beats: the nodes of its group beat it at random
+        points of each interval, and it sends what came every eighth of one; here an eighth of
+        its group's nodes in each line, in turn."""
+        size, every = LightNode.hub_group, self.every
+        group = [n for n in range(self.node + 1, self.node + size) if n < LightNode.nodes - 1]
+        await asyncio.sleep(random.uniform(0.0, every / 8))
+        turn = 0
+        while True:
+            part = group[turn % 8 :: 8]
+            turn += 1
+            if part and not self.silent:
+                entries = [[n, s, 0.0, None, None] for n in part for s in range(self.slots)]
+                self.send("groupbeats", beats=entries)
+            await asyncio.sleep(every / 8)
 
     def hellos(self, host: str) -> None:
         said = dict(host=host, daemons_only=False, instance=self.instance, leader=self.leader,
@@ -473,7 +509,7 @@ def pin(pid: int, cpus: set[int]) -> None:
 
 def measure(
     nodes: int, slots: int, steady: float, limit: float, peer_timeout: float, beats: float,
-    lost: bool, procs: int, pin_steady: bool = False,
+    lost: bool, procs: int, pin_steady: bool = False, hubs: int = 0,
 ) -> Result:  # fmt: skip
     res = Result(f"{nodes}x{slots}", nodes * slots)
     res.every = interval(nodes * slots, peer_timeout, beats)
@@ -481,6 +517,9 @@ def measure(
     port = free_port()
     env = bench_env({"MARUN_JOB_TOKEN": TOKEN})
     argv = [str(nodes), str(slots), str(port), JOB, str(peer_timeout), str(beats)]
+    if hubs:
+        argv.append(str(hubs))
+    LightNode.hub_group, LightNode.nodes = hubs, nodes
     node0 = subprocess.Popen(
         [sys.executable, "-c", NODE0, *argv],
         env=env,
@@ -639,6 +678,13 @@ def main() -> int:
         "(as node 0 has its own machine in a job): its figure without the light members' load",
     )
     parser.add_argument(
+        "--hubs",
+        type=int,
+        default=0,
+        help="liveness hubs (protocol 6): nodes per group; each group past the first beats node "
+        "0 through a light hub's `groupbeats` (0: none, every node beats node 0 itself)",
+    )
+    parser.add_argument(
         "--lost",
         action="store_true",
         help="the stop comes from a member that goes silent (lost-node detection), not a failure",
@@ -673,13 +719,14 @@ def main() -> int:
         f"# steady state over {args.steady:g}s; "
         f"ratios per member against {sizes[0][0]}x{sizes[0][1]}; peer_timeout "
         f"{args.peer_timeout:g}s{'; stop from a lost member' if args.lost else ''}"
+        f"{f'; liveness hubs, groups of {args.hubs}' if args.hubs else ''}"
     )
     Light.progress = args.progress
     results = []
     for n, s in sizes:
         for _ in range(5):  # a free port picked may be taken before node 0 binds it: again
             res = measure(n, s, args.steady, args.limit, args.peer_timeout, args.beats_per_second,
-                          args.lost, max(1, args.procs), args.pin_steady)  # fmt: skip
+                          args.lost, max(1, args.procs), args.pin_steady, args.hubs)  # fmt: skip
             if res.note != "node 0 did not start":
                 break
         results.append(res)

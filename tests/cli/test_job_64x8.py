@@ -3,8 +3,10 @@ per device as the platform runs it: 512 real `marun run --mode ascend` processes
 (ascend_job.py), each node's 8 reaching node 0 through their node's slot 0 (marun.job.relay).
 One job, `--max-restarts 1`: in round 0 rank 77 fails once every rank is up (a restart round,
 through the relays, starts all 512 again); in round 1 rank 300 fails once every rank is up
-again, and with no round left the job fails fast: every marun exits 5 naming rank 300. How long
-it took is printed, not asserted (the deadline only catches a hang)."""
+again, and with no round left the job fails fast: every marun exits 5 naming rank 300. The
+heartbeats go through liveness hubs, in groups of 8 (MARUN_HUB_GROUP; 64 above 1,024 nodes):
+the nodes of groups 1-7 beat node 0 through their group's first node. How long it took is
+printed, not asserted (the deadline only catches a hang)."""
 
 from __future__ import annotations
 
@@ -33,12 +35,21 @@ exec sleep 600
 """
 
 
+def _logged(root: Path, server: int, text: str) -> bool:
+    return any(
+        text in path.read_text(errors="replace")
+        for path in (root / f"server{server}").rglob("*.log")
+        if path.is_file()
+    )
+
+
 def test_64_servers_x_8_devices_restart_once_then_fail_fast(tmp_path: Path) -> None:
     up = tmp_path / "up"
     up.mkdir()
     job = AscendJob(
         tmp_path, SERVERS, DEVICES,
-        env={"UP_DIR": str(up), "FIRST": str(FIRST), "SECOND": str(SECOND)},
+        env={"UP_DIR": str(up), "FIRST": str(FIRST), "SECOND": str(SECOND),
+             "MARUN_HUB_GROUP": "8"},
     )  # fmt: skip
     (tmp_path / "ranks.sh").write_text(RANKS)
     began = time.monotonic()
@@ -60,6 +71,8 @@ def test_64_servers_x_8_devices_restart_once_then_fail_fast(tmp_path: Path) -> N
         nodes = report["nodes"]
         assert isinstance(nodes, list) and len(nodes) == SERVERS
         assert all(len(n["slots"]) == DEVICES for n in nodes)
+        linked = [s for s in range(8, SERVERS) if s % 8 and _logged(tmp_path, s, "job_hub_linked")]
+        assert linked, "no node of groups 1-7 linked to its hub"
         print(f"64 x 8 maruns: arrived, restarted once, failed fast in {took:.1f}s in all")
     finally:
         job.kill_all()

@@ -114,18 +114,22 @@ class Twins:
             beats = [(self.handle[k], k, 0.2, 1.0, None) for k in self.keys if k[0] == key[0]
                      and k in self.handle]  # fmt: skip
             self.both("beats", beats, self.now, wall)
-        elif roll < 0.506 and key in self.handle:
+        elif roll < 0.54:
+            # a hub's word for a node (liveness hubs): its slots, closed ones too (passed over)
+            entries = [(k, 0.3, None, None) for k in self.keys if k[0] == key[0]]
+            self.both("group_beats", entries, self.now, wall)
+        elif roll < 0.546 and key in self.handle:
             self.both("closed", self.handle.pop(key), self.now)
-        elif roll < 0.58:
+        elif roll < 0.62:
             # a reconnection of the same marun: mostly one whose connection closed
             away = [k for k in self.keys if k not in self.handle]
             self.hello(rng.choice(away) if away and rng.random() < 0.9 else key)
-        elif roll < 0.78 and key in self.handle:
+        elif roll < 0.8 and key in self.handle:
             member = job.members.get(key)
             stopped = member is not None and member.stopped_round >= job.round
             said: MemberMessage = Running(job.round, 1) if stopped else Stopped(job.round)
             self.both("message", self.handle[key], key, said.KIND, said, self.now, wall)
-        elif roll < 0.782 and key in self.handle:
+        elif roll < 0.802 and key in self.handle:
             self.both("message", self.handle[key], key, "end", End("ok", 0), self.now, wall)
         else:
             self.both("tick", self.now, wall)

@@ -72,7 +72,7 @@ SHAPES: dict[str, tuple[list[str], dict[str, str], JobShape]] = {
     "ascend": (
         [],
         {"RANK_TABLE_FILE": str(TABLE), "RANK_ID": "9"},
-        JobShape("192.0.2.11", 2, 1, 0, 8, 1),
+        JobShape("192.0.2.11", 2, 1, 0, 8, 1, addresses=("192.0.2.11", "192.0.2.12")),
     ),
     "mpi": ([], TWO_NODES, JobShape("127.0.0.1", 2, 1)),
 }

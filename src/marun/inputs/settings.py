@@ -113,6 +113,10 @@ class Settings:
     # hot spares (docs/supervision.md, "Hot spares"): of the platform's N+K nodes, the last K
     # start nothing and wait; a lost node's place goes to one in the next restart round
     spares: int = 0
+    # liveness hubs (docs/supervision.md, "Liveness through hubs"): nodes per group whose
+    # heartbeats go through the group's first node; None: 64 in a job of more than 1,024 nodes
+    # (else none); 0: none
+    hub_group: int | None = None
     # MindSpore process-level recovery (MS_ENABLE_RECOVERY=1): restarts per process
     # warm restarts (docs/warm-restarts.md): modules a spare interpreter per rank imports while
     # it waits to become the rank of the next restart round; empty: off
@@ -138,6 +142,7 @@ INT_RANGES: Mapping[str, tuple[int, int]] = {
     "sshd_port": (1, PORT_MAX),
     "max_restarts": (0, 1_000_000),
     "spares": (0, MAX_NODES - 1),
+    "hub_group": (0, MAX_NODES),
     "recovery_restarts": (0, 1_000_000),
     "ms_server_num": (0, 1024),
     "ms_cert_expire_warning_days": (0, 36_500),

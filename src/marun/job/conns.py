@@ -19,8 +19,9 @@ from marun.job.protocol import (
     is_nonce,
     new_nonce,
 )
-from marun.job.relay_side import beats_of, hellos_of
+from marun.job.relay_side import beats_of, group_beats_of, hellos_of
 from marun.plan.coordination import Coordination
+from marun.plan.hubs import group_of, is_hub
 
 
 @dataclass(eq=False)
@@ -46,6 +47,11 @@ class Conn:
     # slots on it by slot (a direct member's connection has its one, slot 0 of a job of one slot)
     node: int | None = None
     lanes: dict[int, Lane] = field(default_factory=dict)
+    # Liveness hubs (marun.plan.hubs): the hub whose `groupbeats` spoke for this node lately
+    # (node 0's heartbeats reach it through the hub meanwhile), and when; a hub's: those nodes'
+    via_hub: Conn | None = None
+    via_at: float = 0.0
+    children: set[Conn] = field(default_factory=set)
 
 
 @dataclass(eq=False)
@@ -124,6 +130,10 @@ def checked_line(
         raise ProtocolError(f"a line of node {body['node']} on node {conn.node}'s connection")
     if kind == "beats":
         return body, beats_of(body.get("beats"), coord.slots)
+    if kind == "groupbeats":
+        if conn.node is None or not is_hub(coord, conn.node):
+            raise ProtocolError(f"groupbeats from node {body['node']}, not a hub of this job")
+        return body, group_beats_of(body.get("beats"), group_of(coord, conn.node), coord.slots)
     if kind == "hellos":
         return body, hellos_of(body, coord.slots)
     return body, []

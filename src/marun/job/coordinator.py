@@ -34,21 +34,23 @@ from marun.job.actions import (
     Bind,
     Broadcast,
     Drop,
+    Key,
     Log,
     Refuse,
     Send,
     TurnAway,
     WriteReport,
 )
+from marun.job.beat_schedule import TICK
 from marun.job.conns import Conn, Lane
 from marun.job.job_state import RoundRecord
 from marun.job.machine import LOOK, EntryBeat, JobMachine
 from marun.job.messages import Hello, StopJob, member_message, progress_of
 from marun.job.phases import JobPhase
 from marun.job.protocol import new_nonce
-from marun.job.relay_side import SlotBeat
+from marun.job.relay_side import GroupBeat, SlotBeat
 from marun.job.roster import Roster
-from marun.job.wire import TICK, JobPort
+from marun.job.wire import JobPort
 from marun.plan.coordination import Coordination
 from marun.runtime.failure import Failure
 from marun.runtime.round_rule import RoundRule
@@ -104,6 +106,7 @@ class Coordinator:
             on_closed=self._closed,
             on_beats=self._beats,
             on_hellos=self._hellos,
+            on_group_beats=self._group_beats,
         )
         # The tick may walk every member (the hang watchdog, a round's barrier; lost nodes and
         # the end look at the silent and the pending alone): after every batch of lines in a
@@ -322,6 +325,24 @@ class Coordinator:
         ]
         with self._lock:
             actions = self.machine.beats(taken, now, wall)
+            if actions:
+                self._apply(actions)
+
+    def _group_beats(self, hub: Conn, beats: list[GroupBeat]) -> None:
+        """A hub's `groupbeats` line (marun.plan.hubs): its group's slots' heartbeats, each taken
+        as its node's own `beats` entry would be, on the member's own lane; a member without one
+        (its connection closed, or not yet welcomed) is skipped, not refused: the hub vouches
+        for what its group's relays said, node 0 for whom it holds. Each node spoken for has node
+        0's heartbeats through the hub from now on."""
+        now, wall = time.monotonic(), time.time()
+        taken: list[tuple[Key, float, float | None, Any]] = beats  # (none has steps)
+        if any(entry[3] is not None for entry in beats):  # (steps where ranks print them)
+            taken = [(key, i, c, None if p is None else progress_of(p)) for key, i, c, p in beats]
+        with self._lock:
+            actions, lanes = self.machine.group_beats(taken, now, wall)
+            for conn in {lane.conn for lane in lanes if isinstance(lane, Lane)}:
+                if conn is not hub:
+                    self.port.beats.via(conn, hub, now)
             if actions:
                 self._apply(actions)
 

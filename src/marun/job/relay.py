@@ -6,7 +6,8 @@ turn in one `hellos` line, their heartbeats in one `beats` line an interval) and
 each line checked on one side and signed anew for the other: node 0 sees nodes, not processes.
 When the node's connection drops, every local one is closed (each marun says hello again,
 through the next); when slot 0's marun dies, node 0 finds the node lost and the other slots
-their relay gone (marun.job.member: they stop).
+their relay gone (marun.job.member: they stop). The slots' side is marun.job.relay_slots; in a
+job with liveness hubs, the relay is its group's hub or links to it (marun.job.hub_link).
 """
 
 from __future__ import annotations
@@ -20,19 +21,15 @@ from typing import Any, Callable
 
 from marun.job.handshake import check_challenge
 from marun.job.heartbeat import Backoff, connect_wait, job_interval
+from marun.job.hub_link import HubLink, HubServer
 from marun.job.limits import HELLO_WAIT, RefusalLog
 from marun.job.protocol import (
     MAX_LINE,
-    PROTOCOL,
     ProtocolError,
-    decode,
     encode,
-    fresh,
-    is_nonce,
     new_nonce,
 )
 from marun.job.relay_side import (
-    SLOT_SAYS,
     BeatBook,
     HelloBatch,
     Side,
@@ -42,16 +39,17 @@ from marun.job.relay_side import (
     listen_local,
     log_bug,
     relay_address,
-    slot_refusal,
 )
+from marun.job.relay_slots import SlotsSide
 from marun.job.signing import Template
 from marun.plan.coordination import Coordination
+from marun.plan.hubs import hub_of, is_hub
 
 TICK = 0.2  # the relay's loop turns at least this often
 PENDING_LINES = 64  # a slot's lines held while the node has no connection to node 0
 
 
-class Relay:
+class Relay(SlotsSide):
     def __init__(
         self,
         coord: Coordination,
@@ -91,6 +89,15 @@ class Relay:
         self._linger = 0.0
         self._close_requested = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="marun-relay", daemon=True)
+        # Liveness hubs (marun.job.hub_link): this node's group's hub, or its link to its hub
+        self.hub: HubServer | None = None
+        self.link: HubLink | None = None
+        if is_hub(coord, coord.index):
+            self.hub = HubServer(coord, secret, self.sel, self._every, self._hub_up,
+                                 self.refusals, self._log)  # fmt: skip
+        elif hub_of(coord, coord.index) is not None:
+            self.link = HubLink(coord, secret, host, self.sel, self._every, self._node0_alive,
+                                self._log)  # fmt: skip
 
     def start(self) -> Relay:
         self._thread.start()
@@ -128,12 +135,22 @@ class Relay:
                 self._up_event(side, mask)
             elif side in self._locals:
                 self._local_event(side, mask)
+            elif self.hub is not None and side is self.hub:
+                self.hub.accept()
+            elif self.hub is not None and side in self.hub.children:
+                self.hub.event(side, mask)
+            elif self.link is not None and self.link.side is not None and side is self.link.side:
+                self.link.event(self.link.side, mask)
         if self._hellos:
             self._up_hellos()
         self._tick(time.monotonic())
 
     def _shutdown(self) -> None:
         self._up_hellos()
+        if self.hub is not None:
+            self.hub.close()
+        if self.link is not None:
+            self.link.close()
         end = time.monotonic() + self._linger
         for side in [self._up, *self._locals]:
             if side is not None:
@@ -176,6 +193,10 @@ class Relay:
         self._hellos.clear()  # (every slot says hello again, through the next connection)
         if up is not None:
             forget(self.sel, up)
+        if self.hub is not None:
+            self.hub.close_links()  # its group beats node 0 directly until it is back
+        if self.link is not None:
+            self.link.drop(None)
         for side in list(self._locals):
             self._close_local(side, tell=False)
         if self._welcomed:
@@ -236,6 +257,8 @@ class Relay:
         except ProtocolError as exc:
             self._log("job_message_refused", "warning", source="leader", reason=str(exc))
             return
+        if self.hub is not None:
+            self.hub.heard_node0(time.monotonic())
         kind = body["type"]
         target = None if to is None else self._by_slot.get(to)
         if kind == "drop":
@@ -293,125 +316,6 @@ class Relay:
         up.seq_out += 1
         self._send(up, encode(self._secret, out))
 
-    # -- the slots' side ------------------------------------------------------------------
-
-    def _accept(self) -> None:
-        for _ in range(2 * self.coord.slots + 8):
-            try:
-                sock, _ = self._listener.accept()
-            except OSError:  # (BlockingIOError: none waiting; EMFILE: the next turn)
-                return
-            if len(self._locals) >= 2 * self.coord.slots + 8:
-                self._refuse(None, f"too many local connections ({len(self._locals)} open)")
-                sock.close()
-                continue
-            sock.setblocking(False)
-            side = Side(sock)
-            self._locals.add(side)
-            self.sel.register(sock, selectors.EVENT_READ, side)
-            said = {"nonce": side.nonce, "instance": self.instance, "version": PROTOCOL}
-            self._send(side, self._as_leader(side, "challenge", **said))
-
-    def _local_event(self, side: Side, mask: int) -> None:
-        if mask & selectors.EVENT_WRITE:
-            self._flush(side)
-        if not mask & selectors.EVENT_READ or side not in self._locals or side.closing:
-            return
-        data = side.recv()
-        if data is None:
-            return
-        if not data:
-            self._close_local(side, tell=True)
-            return
-        try:
-            lines = side.buf.feed(data)
-        except ProtocolError as exc:
-            self._refuse(side, str(exc))
-            self._close_local(side, tell=True)
-            return
-        for line in lines:
-            if side not in self._locals or side.closing:
-                return
-            try:
-                body = decode(self._secret, self.coord.job, line)
-                side.seq_in = fresh(body, side.nonce, side.seq_in)
-            except ProtocolError as exc:
-                self._refuse(side, str(exc))
-                self._close_local(side, tell=True)
-                return
-            self._from_slot(side, body)
-
-    def _from_slot(self, side: Side, body: dict[str, Any]) -> None:
-        kind = body["type"]
-        if side.slot is None:
-            self._hello(side, body)
-            return
-        if kind not in SLOT_SAYS or kind == "hello":
-            why = "a second hello" if kind == "hello" else f"{kind!r} is not a slot's to say"
-            self._refuse(side, why)
-            self._close_local(side, tell=True)
-        elif body["node"] != self.coord.index or body["slot"] != side.slot:
-            self._refuse(side, f"a line of node {body['node']} slot {body['slot']}")
-            self._close_local(side, tell=True)
-        elif kind == "hb":
-            self._beats.add(side.slot, body, time.monotonic())
-        else:
-            self._up_send(side, body)
-
-    def _hello(self, side: Side, body: dict[str, Any]) -> None:
-        """A slot's first line: who it is. Not this node's, or a second marun for a slot whose
-        marun talks here: turned away with one line on each side."""
-        coord = self.coord
-        node, slot = body["node"], body["slot"]
-        if body["type"] != "hello" or not is_nonce(body.get("nonce")):
-            self._refuse(side, f"{body['type']} before hello")
-            self._close_local(side, tell=False)
-            return
-        side.peer_nonce = str(body["nonce"])
-        other = self._by_slot.get(slot) if node == coord.index else None
-        why = slot_refusal(coord, body, None if other is None else other.instance)
-        if why is not None:
-            self._turn_away(side, why)
-            return
-        if other is not None:
-            self._close_local(other, tell=True)  # the same marun again: its old connection
-        side.slot, side.instance = slot, str(body.get("instance", ""))
-        side.buf.limit = MAX_LINE
-        self._by_slot[slot] = side
-        self._up_send(side, body)
-
-    def _close_local(self, side: Side, *, tell: bool) -> None:
-        """A slot's connection closed; `tell`: node 0 hears that its slot left (`gone`)."""
-        if side not in self._locals:
-            return
-        self._locals.discard(side)
-        forget(self.sel, side)
-        slot = side.slot
-        if slot is None or self._by_slot.get(slot) is not side:
-            return
-        del self._by_slot[slot]
-        self._beats.drop(slot)
-        if tell and self._up_ready and not side.pending:
-            self._up_write(
-                {"job": self.coord.job, "node": self.coord.index, "slot": slot, "type": "gone"}
-            )
-
-    def _turn_away(self, side: Side, why: str) -> None:
-        self._refuse(side, why)
-        with contextlib.suppress(OSError):
-            side.sock.send(self._as_leader(side, "refused", why=why))
-        self._close_local(side, tell=False)
-
-    def _as_leader(self, side: Side, kind: str, **said: object) -> bytes:
-        """A line of the relay's own to a slot, in node 0's voice (as from node 0's port)."""
-        body = {"job": self.coord.job, "node": self.coord.leader, "slot": 0, **said, "type": kind}
-        side.seq_out += 1
-        return Template(self._secret, body).line(side.peer_nonce, side.seq_out - 1)
-
-    def _refuse(self, side: Side | None, why: str) -> None:
-        slot = "?" if side is None or side.slot is None else side.slot
-        self.refusals.refuse(f"local (slot {slot})", why)
-
     # -- bytes and time -------------------------------------------------------------------
 
     def _send(self, side: Side, line: bytes) -> None:
@@ -436,13 +340,39 @@ class Relay:
                 self._close_local(side, tell=False)
         if self._up is not None and not self._up_ready and now > self._up_deadline:
             self._up_failed(f"no challenge within {self._wait:g}s")
+        if self.hub is not None:
+            self.hub.tick(now)
+        if self.link is not None:
+            linked = self._up is not None and self._up_ready and self._welcomed
+            self.link.tick(now, linked)
         if now >= self._next_beats:
             self._next_beats = max(self._next_beats + self._every, now)
             self._send_beats(now)
 
     def _send_beats(self, now: float) -> None:
-        """The slots' heartbeats since the last such line, in one line up."""
+        """The slots' heartbeats since the last such line, in one line: through the node's
+        hub where it has a link to one (marun.job.hub_link), else up."""
         if self._up is None or not self._up_ready or not self._beats:
             return
-        body = {"job": self.coord.job, "node": self.coord.index, "slot": 0}
-        self._up_write({**body, "type": "beats", "beats": self._beats.take(now)})
+        body = {"job": self.coord.job, "node": self.coord.index, "slot": 0, "type": "beats"}
+        body["beats"] = self._beats.take(now)
+        if self.link is not None and self.link.beats(body):
+            return
+        self._up_write(body)
+
+    def _hub_up(self, body: dict[str, Any]) -> bool:
+        """A line of this hub's group to node 0, on this node's connection (False: none now)."""
+        if self._up is None or not self._up_ready:
+            return False
+        self._up_write({"job": self.coord.job, "node": self.coord.index, "slot": 0, **body})
+        return True
+
+    def _node0_alive(self) -> None:
+        """Node 0's liveness, through this node's hub: to every welcomed slot, as node 0's own
+        heartbeat would come (each slot's clock of node 0's silence starts again)."""
+        body = {"job": self.coord.job, "node": self.coord.leader, "slot": 0, "type": "hb"}
+        template = Template(self._secret, body)
+        for side in self._by_slot.values():
+            if side.welcomed:
+                self._send(side, template.line(side.peer_nonce, side.seq_out))
+                side.seq_out += 1

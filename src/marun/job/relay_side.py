@@ -274,6 +274,34 @@ def beats_of(value: object, slots: int) -> list[SlotBeat]:
     return out
 
 
+# a `groupbeats` entry: (node, slot), idle (>= 0), cpu, progress
+GroupBeat = tuple[tuple[int, int], float, Optional[float], Optional[dict[str, Any]]]
+
+
+def group_beats_of(value: object, nodes: range, slots: int) -> list[GroupBeat]:
+    """A hub's `groupbeats` line's entries as ((node, slot), idle, cpu, progress), idle at least
+    0; ValueError for anything that is not one (node 0 refuses the line): at most two entries
+    per slot of the hub's group (`nodes`; a hub sends one)."""
+    if type(value) is not list or len(value) > 2 * len(nodes) * slots:
+        raise ValueError("groupbeats: not a list of at most two entries per slot of the group")
+    out: list[GroupBeat] = []
+    for entry in value:
+        if type(entry) is not list or len(entry) != 5:
+            raise ValueError("groupbeats: an entry is not [node, slot, idle, cpu, progress]")
+        node, slot, idle, cpu, progress = entry
+        if type(node) is not int or node not in nodes:
+            raise ValueError(f"groupbeats: node {str(node)[:20]} is not of this hub's group")
+        if type(slot) is not int or not 0 <= slot < slots:
+            raise ValueError("groupbeats: a slot out of range")
+        if not _finite(idle) or not (cpu is None or _finite(cpu)):
+            raise ValueError("groupbeats: idle or cpu is not a number")
+        if not (progress is None or type(progress) is dict):
+            raise ValueError("groupbeats: progress is not an object")
+        idle = float(idle) if idle > 0 else 0.0
+        out.append(((node, slot), idle, None if cpu is None else float(cpu), progress))
+    return out
+
+
 def hellos_of(body: dict[str, Any], slots: int) -> list[dict[str, Any]]:
     """A `hellos` line's hellos, each as the `hello` line of its slot would be (the line's job,
     node and nonce); ProtocolError for anything that is not one (node 0 refuses the line)."""

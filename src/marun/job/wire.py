@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import heapq
-import itertools
 import random
 import selectors
 import socket
@@ -19,6 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from marun.job.beat_schedule import TICK, BeatSchedule
 from marun.job.conns import AllowedHosts, Conn, Lane, checked_line, has_bytes
 from marun.job.limits import (
     ACCEPTS_PER_WAKE,
@@ -44,11 +43,9 @@ from marun.job.protocol import (
     PROTOCOL,
     ProtocolError,
 )
-from marun.job.relay_side import SlotBeat
+from marun.job.relay_side import GroupBeat, SlotBeat
 from marun.job.signing import Template
 from marun.plan.coordination import Coordination
-
-TICK = 0.2  # the coordinator's loop (and its tick) runs at least this often
 
 
 class JobPort:
@@ -69,6 +66,7 @@ class JobPort:
         on_closed: Callable[[Lane], None],
         on_beats: Callable[[Conn, int, list[SlotBeat]], None],
         on_hellos: Callable[[list[tuple[Lane, dict[str, Any]]]], None],
+        on_group_beats: Callable[[Conn, list[GroupBeat]], None] = lambda conn, entries: None,
     ) -> None:
         self.coord = coord
         self._secret = secret
@@ -78,6 +76,7 @@ class JobPort:
         self._on_closed = on_closed
         self._on_beats = on_beats  # a relay's `beats` line (its slots' heartbeats) at once
         self._on_hellos = on_hellos  # a relay's `hellos` line (its slots' hellos) at once
+        self._on_group_beats = on_group_beats  # a hub's `groupbeats` line (its group's beats)
         self.relayed = coord.slots > 1  # every connection is a node's relay (marun.job.relay)
         self._corked: Conn | None = None  # the connection being read (its replies wait)
         self.sel = selectors.DefaultSelector()
@@ -93,9 +92,10 @@ class JobPort:
         self.per_source: dict[str, int] = {}
         self._without_hello: deque[Conn] = deque()
         self.stuck: set[Conn] = set()
-        self._beats: list[tuple[float, int, Conn]] = []
-        self._beat_order = itertools.count()
         self._hb_line = self.template(LeaderBeat())
+        self.beats = BeatSchedule(
+            hb_every, self._live, lambda c: self.send_signed(c, self._hb_line)
+        )
         self._welcome: tuple[Welcome, Template] | None = None  # the last welcome's template
         self._address_allowed = AllowedHosts(coord.hosts)
 
@@ -206,7 +206,11 @@ class JobPort:
             elif kind == "hellos":
                 self._on_hellos([(self.lane(conn, hello["slot"]), hello) for hello in entries])
             elif kind == "beats":
+                if conn.via_hub is not None:  # its hub is gone for it: node 0's go direct
+                    self.beats.direct(conn, time.monotonic())
                 self._on_beats(conn, body["node"], entries)
+            elif kind == "groupbeats":
+                self._on_group_beats(conn, entries)
             else:
                 self._on_line(self.lane(conn, body["slot"]), body)
 
@@ -240,6 +244,13 @@ class JobPort:
         lanes, conn.lanes = list(conn.lanes.values()), {}
         for lane in lanes:
             self._on_closed(lane)
+        self.beats.gone(conn, time.monotonic())  # (a hub: its group's go direct)
+
+    def _live(self, conn: Conn) -> bool:
+        return conn in self.conns and not conn.closing
+
+    def _heartbeat(self, conn: Conn) -> None:
+        self.send_signed(conn, self._hb_line)
 
     def bind(self, lane: Lane, key: tuple[int, int]) -> None:
         """Its hello was taken: it speaks for `key`, and longer lines (stacks) may follow."""
@@ -341,7 +352,7 @@ class JobPort:
         else:
             self._send_bytes(conn, line, now)
         if not conn.beating and conn.member is not None and conn in self.conns:
-            self._schedule_beat(conn, now + random.uniform(0.0, self.hb_every))
+            self.beats.schedule(conn, now + random.uniform(0.0, self.hb_every))
 
     def _uncork(self, conn: Conn) -> None:
         if conn.corked and conn in self.conns:
@@ -420,31 +431,9 @@ class JobPort:
             if conn.stuck_since is not None and now - conn.stuck_since > SLOW_READER:
                 self.refuse(conn, f"not reading: nothing taken for {SLOW_READER:g}s")
                 self.drop(conn)
-        self._heartbeats(now)
+        self.beats.due(now)
 
     def unheard(self, now: float) -> float:
-        """The longest any member's marun has gone without a line of node 0's (each takes node 0
-        for lost after peer_timeout of it): asked after node 0's own stall alone."""
-        outs = [c.last_out for c in self.conns if c.member is not None and not c.closing]
-        return now - min(outs) if outs else 0.0
-
-    def _schedule_beat(self, conn: Conn, due: float) -> None:
-        conn.beating = True
-        heapq.heappush(self._beats, (due, next(self._beat_order), conn))
-
-    def _heartbeats(self, now: float) -> None:
-        """A heartbeat to each member that node 0 has sent nothing for `hb_every` (any line
-        shows node 0 alive); spread over the interval, not all in one burst."""
-        beats = self._beats
-        while beats and beats[0][0] <= now:
-            _, _, conn = heapq.heappop(beats)
-            if conn not in self.conns or conn.closing:
-                conn.beating = False
-                continue
-            if now - conn.last_out >= self.hb_every - TICK:
-                self.send_signed(conn, self._hb_line)
-                if conn not in self.conns:
-                    conn.beating = False
-                    continue
-                conn.last_out = max(conn.last_out, now)  # due again an interval after `now`
-            self._schedule_beat(conn, conn.last_out + self.hb_every)
+        """The longest any member's marun has gone without a line of node 0's: asked after node
+        0's own stall alone (marun.job.beat_schedule)."""
+        return self.beats.unheard(self.conns, now)

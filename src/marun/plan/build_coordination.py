@@ -10,11 +10,13 @@ coordination; neither does a whole-job plan (`--all-nodes`) nor a job with `job_
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from marun.errors import InputError, bad_value
 from marun.inputs.injected import Platform
 from marun.inputs.numbers import PORT_MAX, PORT_MIN, check_positive_seconds, is_port
 from marun.plan.coordination import HEARTBEAT, MIN_PEER_TIMEOUT, TOKEN_VAR, Coordination, JobShape
+from marun.plan.hubs import hub_group
 from marun.plan.launch_plan import LaunchPlan
 
 
@@ -79,6 +81,12 @@ def _check_settings(platform: Platform) -> None:
     for name in ("hang_timeout", "progress_timeout"):
         if getattr(settings, name) is not None:
             check_positive_seconds(name, getattr(settings, name))
+    if settings.hub_group == 1:
+        raise bad_value(
+            "hub_group",
+            1,
+            "0 (no liveness hubs) or a group of at least 2 nodes (default: 64 above 1,024 nodes)",
+        )
     if not is_port(settings.job_port):
         raise bad_value(
             "job_port", settings.job_port, f"a port {PORT_MIN}-{PORT_MAX}, or 0 for no coordination"
@@ -163,4 +171,21 @@ def _section(mode: str, shape: JobShape, platform: Platform) -> Coordination:
         ),
         auth=auth,
         ssh_key=platform.ssh_key() if auth == "ssh-key" else None,
+        **_hubs(settings.hub_group, settings.job_port, shape, hosts),
     )
+
+
+def _hubs(
+    setting: int | None, port: int, shape: JobShape, hosts: tuple[str, ...]
+) -> dict[str, Any]:
+    """The liveness hubs' part of the section (marun.plan.hubs): the group size and each hub's
+    address; none where the job is too small, node 0 does not lead, no node knows where the
+    hubs are (neither the platform's host list nor the planner names every node), or the hubs'
+    ports (the job's port plus the group's number) would pass the last port."""
+    size = hub_group(shape.nodes, shape.leader) if setting is None else setting
+    known = hosts if len(hosts) == shape.nodes else shape.addresses
+    if size < 2 or shape.leader != 0 or len(known) != shape.nodes or size >= shape.nodes:
+        return {}
+    if port + (shape.nodes - 1) // size > PORT_MAX:
+        return {}
+    return {"hub_group": size, "hub_hosts": tuple(known[h] for h in range(size, shape.nodes, size))}

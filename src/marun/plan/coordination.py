@@ -44,6 +44,9 @@ class JobShape:
     slots: int = 1
     slot: int = 0
     hosts_in_id: bool = True
+    # every node's address as the planner knows it (Ascend: the rank table's servers), index i
+    # at position i; empty: unknown (a liveness hub's children find it here or in the hosts)
+    addresses: tuple[str, ...] = ()
 
     @classmethod
     def one_node(cls, host: str, index: int = 0) -> JobShape:
@@ -69,6 +72,10 @@ class Coordination:
     ssh_key: str | None = None  # Volcano's private key, the secret's source, when auth is ssh-key
     # hot spares (marun.plan.spares): of `nodes`, this many wait for a lost node's place
     spares: int = 0
+    # liveness hubs (marun.plan.hubs): nodes per group whose heartbeats go through the group's
+    # first node; 0: every node's go to node 0 directly
+    hub_group: int = 0
+    hub_hosts: tuple[str, ...] = ()  # group g's hub (node g * hub_group) at hub_hosts[g - 1]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -88,6 +95,11 @@ class Coordination:
             "auth": self.auth,
             "ssh_key": self.ssh_key,
             **({"spares": self.spares} if self.spares else {}),  # (a plan without: as before)
+            **(
+                {"hub_group": self.hub_group, "hub_hosts": list(self.hub_hosts)}
+                if self.hub_group
+                else {}
+            ),
         }
 
     def describe(self) -> str:
@@ -123,4 +135,6 @@ def coordination_from_dict(data: Mapping[str, Any]) -> Coordination:
         auth=str(data.get("auth", "none")),
         ssh_key=None if data.get("ssh_key") is None else str(data["ssh_key"]),
         spares=int(data.get("spares", 0)),
+        hub_group=int(data.get("hub_group", 0)),
+        hub_hosts=tuple(str(h) for h in data.get("hub_hosts", ())),
     )

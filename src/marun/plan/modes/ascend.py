@@ -231,7 +231,12 @@ def _shape(platform: Platform, table: RankTable, node: NodePlan | None) -> JobSh
     of its server, by its process's place among the server's devices (`node`: this start's
     plan; None for a whole-job plan)."""
     leader = table.servers[0]
-    shape = JobShape(leader.host_ip or leader.server_id, len(table.servers), 0)
+    shape = JobShape(
+        leader.host_ip or leader.server_id,
+        len(table.servers),
+        0,
+        addresses=tuple(s.host_ip or s.server_id for s in table.servers),
+    )
     if node is None:
         return shape
     shape = replace(shape, index=node.index)

@@ -1,0 +1,164 @@
+"""Liveness hubs, node 0's side (marun.plan.hubs, docs/supervision.md): a hub's `groupbeats`
+line speaks for its group's slots, each taken on the member's own lane; node 0's heartbeats to a
+node spoken for go through the hub (none direct) until the node beats node 0 itself again or the
+hub's connection closes, when one goes at once. Refused: a `groupbeats` line from a node that is
+not a hub, or naming a node of another group. A real coordinator whose thread never runs, real
+socket pairs; the clock is moved by the times the coordinator compares, nothing sleeps."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from marun.job.conns import Conn
+from marun.job.coordinator import Coordinator
+from marun.job.protocol import PROTOCOL, decode, encode, new_nonce
+from marun.plan.coordination import Coordination, coordination_from_dict
+from marun.plan.hubs import HUB_GROUP, HUBS_FROM, group_of, hub_group, hub_of, hub_port, is_hub
+
+SECRET = b"hubs-secret"
+JOB = "job-h"
+NODES, SLOTS, GROUP = 12, 2, 4  # groups: 0-3 (node 0's own), 4-7 (hub 4), 8-11 (hub 8)
+
+
+def test_who_is_whose_hub() -> None:
+    coord = Coordination(host="h", port=7000, nodes=NODES, index=0, job=JOB, hub_group=GROUP)
+    assert [hub_of(coord, n) for n in range(NODES)] == [None] * 5 + [4, 4, 4, None, 8, 8, 8]
+    assert [n for n in range(NODES) if is_hub(coord, n)] == [4, 8]
+    assert list(group_of(coord, 4)) == [5, 6, 7] and list(group_of(coord, 8)) == [9, 10, 11]
+    assert hub_port(coord, 4) == 7001 and hub_port(coord, 8) == 7002
+    assert coordination_from_dict(coord.to_dict()) == coord
+    assert "hub_group" not in Coordination(host="h", port=1, nodes=2, index=0, job=JOB).to_dict()
+    assert hub_group(HUBS_FROM, 0) == 0 and hub_group(HUBS_FROM + 1, 0) == HUB_GROUP
+    assert hub_group(4096, 3) == 0  # node 0 not the leader: no hubs
+    none = Coordination(host="h", port=1, nodes=NODES, index=0, job=JOB)
+    assert all(hub_of(none, n) is None and not is_hub(none, n) for n in range(NODES))
+
+
+@pytest.fixture
+def coordinator() -> Iterator[Coordinator]:
+    coord = Coordination(
+        host="127.0.0.1", port=0, nodes=NODES, index=0, job=JOB, slots=SLOTS, hub_group=GROUP
+    )
+    made = Coordinator(coord, SECRET)  # its thread never runs: the test drives it
+    yield made
+    for conn in list(made.port.conns):
+        made.port.drop(conn)
+    made.port.server.close()
+    made.port.sel.close()
+
+
+class Node:
+    """A node's relay, as node 0 sees it: one connection, its slots' hellos in one line."""
+
+    def __init__(self, coordinator: Coordinator, node: int) -> None:
+        ours, self.sock = socket.socketpair()
+        coordinator.port.take(ours, f"127.0.0.{node + 1}")
+        self.port, self.node, self.mine, self.seq = coordinator.port, node, new_nonce(), 0
+        self.conn: Conn = next(c for c in coordinator.port.conns if c.sock is ours)
+        said = {"host": "h", "instance": new_nonce(), "version": PROTOCOL}
+        self.say("hellos", nonce=self.mine, hellos=[{**said, "slot": s} for s in range(SLOTS)])
+        assert set(self.conn.lanes) == set(range(SLOTS)) and self.conn.node == node
+        self.sock.setblocking(False)
+
+    def say(self, kind: str, **fields: Any) -> None:
+        body = {"job": JOB, "node": self.node, "slot": 0, "type": kind, "peer": self.conn.nonce,
+                "seq": self.seq, **fields}  # fmt: skip
+        self.seq += 1
+        self.sock.sendall(encode(SECRET, body))
+        self.port.read(self.conn)
+
+    def heard(self) -> list[str]:
+        """The types of node 0's lines since the last look."""
+        try:
+            data = self.sock.recv(1 << 20)
+        except BlockingIOError:
+            return []
+        return [decode(SECRET, JOB, line)["type"] for line in data.split(b"\n") if line]
+
+
+def group_beats(*nodes: int) -> list[list[Any]]:
+    return [[n, s, 0.5, None, None] for n in nodes for s in range(SLOTS)]
+
+
+def test_a_hubs_groupbeats_speak_for_its_group_and_node_0s_heartbeats_go_through_it(
+    coordinator: Coordinator,
+) -> None:
+    nodes = {n: Node(coordinator, n) for n in (0, 4, 5, 6, 7)}
+    for node in nodes.values():
+        node.heard()  # (challenge, welcomes)
+    members = coordinator.members
+    before = {key: members[key].last_seen for key in members}
+    nodes[4].say("groupbeats", beats=group_beats(5, 6))
+    assert all(nodes[n].conn in coordinator.port.conns for n in nodes)  # nothing refused
+    for n in (5, 6):
+        assert nodes[n].conn.via_hub is nodes[4].conn
+        for s in range(SLOTS):
+            assert members[(n, s)].last_seen > before[(n, s)] and members[(n, s)].idle == 0.5
+    assert nodes[7].conn.via_hub is None and members[(7, 0)].last_seen == before[(7, 0)]
+    assert nodes[4].conn.children == {nodes[5].conn, nodes[6].conn}
+    # An interval on: node 0's heartbeats go to every node but those its hub spoke for.
+    every = coordinator.hb_every
+    for n in (5, 6):  # (their hub spoke for them just now: as if a moment before the tick)
+        nodes[n].conn.via_at = time.monotonic() + every
+    coordinator.port.tick(time.monotonic() + every + 0.01)
+    assert {n: nodes[n].heard() for n in nodes} == {0: ["hb"], 4: ["hb"], 5: [], 6: [], 7: ["hb"]}
+    assert coordinator.port.unheard(time.monotonic()) < every  # (5 and 6 heard it via 4)
+
+
+def test_a_node_beating_node_0_itself_again_has_its_heartbeat_at_once(
+    coordinator: Coordinator,
+) -> None:
+    hub, child = Node(coordinator, 4), Node(coordinator, 5)
+    hub.say("groupbeats", beats=group_beats(5))
+    child.heard()
+    child.conn.last_out -= coordinator.hb_every  # (node 0's last line to it: an interval ago)
+    child.say("beats", beats=[[s, 0.0, None, None] for s in range(SLOTS)])
+    assert child.conn.via_hub is None and hub.conn.children == set()
+    assert child.heard() == ["hb"]
+
+
+def test_a_hub_gone_sends_its_group_node_0s_heartbeat_at_once(coordinator: Coordinator) -> None:
+    hub, five, six = Node(coordinator, 4), Node(coordinator, 5), Node(coordinator, 6)
+    hub.say("groupbeats", beats=group_beats(5, 6))
+    for node in (five, six):
+        node.heard()
+        node.conn.last_out -= coordinator.hb_every
+    coordinator.port.drop(hub.conn)
+    assert five.heard() == ["hb"] and six.heard() == ["hb"]
+    assert five.conn.via_hub is None and six.conn.via_hub is None
+
+
+@pytest.mark.parametrize(
+    ("sender", "entries", "why"),
+    [
+        (5, group_beats(6), "not a hub"),  # a node that is not a hub
+        (4, group_beats(9), "not of this hub's group"),  # another group's node
+        (4, group_beats(4), "not of this hub's group"),  # the hub's own: its own `beats` say it
+        (4, [[5, SLOTS, 0.0, None, None]], "slot out of range"),
+        (4, [[5, 0, float("nan"), None, None]], "not a number"),  # (json.loads takes NaN)
+        (4, [[5, 0, True, None, None]], "not a number"),
+    ],
+)
+def test_groupbeats_from_a_node_not_a_hub_or_for_another_group_are_refused(
+    coordinator: Coordinator, sender: int, entries: list[list[Any]], why: str
+) -> None:
+    refused: list[str] = []
+    coordinator.port.refusals._log = lambda *a, **kw: refused.append(str(kw.get("reason")))
+    nodes = {n: Node(coordinator, n) for n in (4, 5, 6, 9)}
+    nodes[sender].say("groupbeats", beats=entries)
+    assert nodes[sender].conn not in coordinator.port.conns
+    assert len(refused) == 1 and why in refused[0], refused
+
+
+def test_entries_for_a_member_node_0_does_not_hold_are_passed_over(
+    coordinator: Coordinator,
+) -> None:
+    hub, five = Node(coordinator, 4), Node(coordinator, 5)
+    coordinator.port.drop(five.conn)  # node 5's connection closed (its slots reconnect)
+    hub.say("groupbeats", beats=group_beats(5, 7))  # 7 never said hello
+    assert hub.conn in coordinator.port.conns and hub.conn.children == set()
