@@ -194,6 +194,28 @@ def free_port() -> int:
     return choose("")
 
 
+def free_ports_after(count: int) -> int:
+    """A free port (as free_port) whose next `count` ports are free too and inside the lane's
+    range: a job's port with its liveness hubs' (the job's port plus each group's number)."""
+    import socket
+
+    from marun.sim.ports import port_range
+
+    top = (port_range() or (0, 65536))[1]
+    for _ in range(100):
+        port = free_port()
+        if port + count >= top:
+            continue
+        try:
+            for other in range(port + 1, port + count + 1):
+                with socket.socket() as sock:
+                    sock.bind(("", other))
+        except OSError:
+            continue
+        return port
+    raise AssertionError(f"no {count + 1} free ports in a row")
+
+
 @pytest.fixture
 def marun() -> Iterator[object]:
     yield run_marun

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from conftest import clean_env, free_port
+from conftest import clean_env, free_port, free_ports_after
 
 DEADLINE = 240.0  # a hang guard only
 
@@ -59,13 +59,19 @@ class Start:
 
 class AscendJob:
     def __init__(
-        self, root: Path, servers: int, devices: int, env: dict[str, str] | None = None
+        self,
+        root: Path,
+        servers: int,
+        devices: int,
+        env: dict[str, str] | None = None,
+        hub_ports: int = 0,
     ) -> None:
         self.root = root
         self.servers, self.devices = servers, devices
         self.size = servers * devices
         self.table = rank_table(root / "rank_table.json", servers, devices)
-        self.port = free_port()
+        # (with liveness hubs: the hubs' ports, the job's plus each group's number, free too)
+        self.port = free_ports_after(hub_ports) if hub_ports else free_port()
         self.extra = dict(env or {})
         self.starts: dict[int, Start] = {}
         self.earlier: list[Start] = []  # the starts of a recreated pod's earlier maruns

@@ -50,6 +50,7 @@ def test_64_servers_x_8_devices_restart_once_then_fail_fast(tmp_path: Path) -> N
         tmp_path, SERVERS, DEVICES,
         env={"UP_DIR": str(up), "FIRST": str(FIRST), "SECOND": str(SECOND),
              "MARUN_HUB_GROUP": "8"},
+        hub_ports=SERVERS // 8,
     )  # fmt: skip
     (tmp_path / "ranks.sh").write_text(RANKS)
     began = time.monotonic()

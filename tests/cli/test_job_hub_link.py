@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from conftest import free_ports_after
 from marun.exit_codes import LOST_EXIT
 from marun.inputs.records import replace
 from marun.job.coordinator import Coordinator
@@ -25,7 +26,6 @@ from marun.job.relay import Relay
 from marun.plan.coordination import Coordination
 from marun.runtime.failure import Failure
 from marun.runtime.joblink import JobEvent
-from marun.sim.ports import free_port, port_range
 
 SECRET = b"hub-secret"
 JOB = "job-hubs"
@@ -60,25 +60,9 @@ class Job:
         return None if member is None or member.conn is None else member.conn.conn  # type: ignore[attr-defined]
 
 
-def _port_pair() -> int:
-    """A job port whose next (the hub's: the job's plus its group's number) is free too."""
-    top = (port_range() or (0, 65536))[1]  # (a lane's range: the hub's port inside it too)
-    for _ in range(50):
-        port = free_port()
-        if port + 1 >= top:
-            continue
-        with socket.socket() as sock:
-            try:
-                sock.bind(("", port + 1))
-            except OSError:
-                continue
-        return port
-    raise AssertionError("no two free ports in a row")
-
-
 @pytest.fixture
 def job() -> Iterator[Job]:
-    port = _port_pair()
+    port = free_ports_after(1)
     coord = Coordination(
         host="127.0.0.1", port=port, nodes=NODES, index=0, job=JOB, slots=SLOTS,
         peer_timeout=PEER_TIMEOUT, hub_group=GROUP, hub_hosts=("127.0.0.1",),

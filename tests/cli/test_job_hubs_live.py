@@ -60,7 +60,7 @@ def _left_running(root: Path) -> list[str]:
 
 def _job(tmp_path: Path, up: Path, peer_timeout: str) -> AscendJob:
     env = {"UP_DIR": str(up), "MARUN_HUB_GROUP": str(GROUP), "MARUN_PEER_TIMEOUT": peer_timeout}
-    return AscendJob(tmp_path, SERVERS, DEVICES, env=env)
+    return AscendJob(tmp_path, SERVERS, DEVICES, env=env, hub_ports=SERVERS // GROUP)
 
 
 def test_a_hubs_pod_recreated_then_the_jobs_deletion(tmp_path: Path) -> None:
