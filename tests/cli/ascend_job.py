@@ -181,3 +181,19 @@ class AscendJob:
             if start.proc.poll() is None:
                 os.killpg(start.proc.pid, signal.SIGKILL)
                 start.proc.wait()
+
+
+def left_running(root: Path) -> list[str]:
+    """The processes whose working directory is under root (every marun and rank of a job)."""
+    left = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        if cwd.startswith(f"{root}{os.sep}"):  # the servers' directories
+            left.append(f"{pid}: {cmd}")
+    return left

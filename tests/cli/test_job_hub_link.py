@@ -11,53 +11,23 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from conftest import free_ports_after
 from marun.exit_codes import LOST_EXIT
-from marun.inputs.records import replace
 from marun.job.coordinator import Coordinator
-from marun.job.member import Member
 from marun.job.protocol import PROTOCOL, decode, encode, new_nonce
-from marun.job.relay import Relay
 from marun.plan.coordination import Coordination
 from marun.runtime.failure import Failure
-from marun.runtime.joblink import JobEvent
+from relay_job import GUARD, Job
 
 SECRET = b"hub-secret"
 JOB = "job-hubs"
 NODES, SLOTS, GROUP = 6, 2, 3  # node 0's group 0-2; node 3 the hub of 4 and 5
 PEER_TIMEOUT = 6.0  # heartbeats every second (12 maruns): a frozen hub is lost in 6 s
-GUARD = 40.0  # seconds: a hang guard, never a measure
-
-
-@dataclass
-class Job:
-    coordinator: Coordinator
-    relays: dict[int, Relay]
-    members: dict[tuple[int, int], Member]
-    events: dict[tuple[int, int], list[JobEvent]]
-
-    def wait(self, what: Callable[[], bool], why: str) -> None:
-        end = time.monotonic() + GUARD
-        while not what():
-            self.poll()
-            assert time.monotonic() < end, why
-            time.sleep(0.02)
-
-    def poll(self) -> None:
-        for key, member in self.members.items():
-            self.events[key] += member.poll()
-
-    def heard(self, key: tuple[int, int], kind: str) -> list[JobEvent]:
-        return [e for e in self.events[key] if e.kind == kind]
-
-    def conn(self, node: int) -> object:
-        member = self.coordinator.members.get((node, 0))
-        return None if member is None or member.conn is None else member.conn.conn  # type: ignore[attr-defined]
 
 
 @pytest.fixture
@@ -67,46 +37,40 @@ def job() -> Iterator[Job]:
         host="127.0.0.1", port=port, nodes=NODES, index=0, job=JOB, slots=SLOTS,
         peer_timeout=PEER_TIMEOUT, hub_group=GROUP, hub_hosts=("127.0.0.1",),
     )  # fmt: skip
-    made = Job(Coordinator(coord, SECRET).start(), {}, {}, {})
+    made = Job(Coordinator(coord, SECRET).start())
     try:
         for index in range(NODES):
-            node = replace(coord, index=index)
-            made.relays[index] = Relay(node, SECRET, "127.0.0.1", leader_local=True).start()
-            for slot in range(SLOTS):
-                made.members[(index, slot)] = Member(replace(node, slot=slot), SECRET, "127.0.0.1")
-                made.events[(index, slot)] = []
+            made.add_node(index, SECRET)
         yield made
     finally:
-        for member in made.members.values():
-            member.close()
-        for relay in made.relays.values():
-            relay.close(linger=0.0)
-        made.coordinator.close(linger=0.0)
+        made.close()
+
+
+def _conn(job: Job, node: int) -> Any:
+    """Node 0's connection of `node` (its slot 0's lane's), or None."""
+    member = job.coordinator.members.get((node, 0))
+    return None if member is None or member.conn is None else member.conn.conn  # type: ignore[attr-defined]
 
 
 def _through_hub(job: Job) -> bool:
-    hub = job.conn(3)
+    hub = _conn(job, 3)
     links = [job.relays[n].link for n in (4, 5)]
     return all(link is not None and link.ready for link in links) and all(
-        getattr(job.conn(n), "via_hub", None) is hub for n in (4, 5)
+        getattr(_conn(job, n), "via_hub", None) is hub for n in (4, 5)
     )
 
 
-def _started(job: Job) -> bool:
-    return all(job.heard(key, "start") for key in job.members)
-
-
 def test_a_groups_heartbeats_go_through_its_hub_both_ways(job: Job) -> None:
-    job.wait(lambda: _started(job), "every slot hears the start")
+    job.wait(job.started, "every slot hears the start")
     assert job.relays[3].hub is not None and job.relays[3].hub.listener is not None
     assert all(job.relays[n].link is None for n in (0, 1, 2, 3))  # group 0, and the hub
     job.wait(lambda: _through_hub(job), "nodes 4 and 5 beat node 0 through node 3")
-    four, five = job.conn(4), job.conn(5)
-    sent = {n: job.conn(n).seq_out for n in (1, 3, 4, 5)}  # type: ignore[attr-defined]
+    four, five = _conn(job, 4), _conn(job, 5)
+    sent = {n: _conn(job, n).seq_out for n in (1, 3, 4, 5)}  # type: ignore[attr-defined]
     seen = {k: m.last_seen for k, m in job.coordinator.members.items()}
     time.sleep(3.5)  # three heartbeat intervals and a half
-    assert _through_hub(job) and job.conn(4) is four and job.conn(5) is five
-    after = {n: job.conn(n).seq_out for n in (1, 3, 4, 5)}  # type: ignore[attr-defined]
+    assert _through_hub(job) and _conn(job, 4) is four and _conn(job, 5) is five
+    after = {n: _conn(job, n).seq_out for n in (1, 3, 4, 5)}  # type: ignore[attr-defined]
     assert after[1] > sent[1] and after[3] > sent[3]  # node 0's heartbeats to 1 and the hub
     assert after[4] == sent[4] and after[5] == sent[5]  # none to 4 and 5: the hub's reach them
     members = job.coordinator.members
@@ -120,14 +84,14 @@ def test_a_groups_heartbeats_go_through_its_hub_both_ways(job: Job) -> None:
 
 
 def test_a_hub_that_stops_being_one_costs_its_group_nothing(job: Job) -> None:
-    job.wait(lambda: _started(job) and _through_hub(job), "nodes 4 and 5 beat through node 3")
+    job.wait(lambda: job.started() and _through_hub(job), "nodes 4 and 5 beat through node 3")
     hub = job.relays[3].hub
     assert hub is not None
     hub.close()  # (in its relay's thread's stead: the test holds no lock of it; it only closes)
 
     def direct() -> bool:
         links = [job.relays[n].link for n in (4, 5)]
-        conns = [job.conn(n) for n in (4, 5)]
+        conns = [_conn(job, n) for n in (4, 5)]
         return all(link is not None and not link.ready for link in links) and all(
             c is not None and getattr(c, "via_hub", 1) is None for c in conns
         )
@@ -145,7 +109,7 @@ def test_a_hub_that_stops_being_one_costs_its_group_nothing(job: Job) -> None:
 def test_a_frozen_hub_is_lost_alone(job: Job, monkeypatch: pytest.MonkeyPatch) -> None:
     """Node 3's relay stops running (its node frozen): node 0 finds node 3 lost, and nodes 4
     and 5, whose heartbeats went through it, are not: they left it and beat node 0 directly."""
-    job.wait(lambda: _started(job) and _through_hub(job), "nodes 4 and 5 beat through node 3")
+    job.wait(lambda: job.started() and _through_hub(job), "nodes 4 and 5 beat through node 3")
     relay, thaw = job.relays[3], threading.Event()
     turn = relay._turn
     monkeypatch.setattr(relay, "_turn", lambda: thaw.wait(GUARD) and turn())
@@ -166,7 +130,7 @@ def test_a_stranger_on_a_hubs_port_is_refused_with_one_line_and_changes_nothing(
 ) -> None:
     """Garbage, a line of another node's group, and a silent connection on the hub's port: each
     refused (one line in the hub's log, counted) and closed; the group's links stay."""
-    job.wait(lambda: _started(job) and _through_hub(job), "nodes 4 and 5 beat through node 3")
+    job.wait(lambda: job.started() and _through_hub(job), "nodes 4 and 5 beat through node 3")
     relay = job.relays[3]
     hub = relay.hub
     assert hub is not None and hub.listener is not None

@@ -16,7 +16,7 @@ import signal
 import time
 from pathlib import Path
 
-from ascend_job import AscendJob
+from ascend_job import AscendJob, left_running
 
 from marun.exit_codes import LOST_EXIT
 
@@ -42,20 +42,6 @@ def _wait(what: object, why: str, job: AscendJob, guard: float = 120.0) -> None:
     while not what():  # type: ignore[operator]
         assert time.monotonic() < end, f"{why}\n{job.report()}"
         time.sleep(0.2)
-
-
-def _left_running(root: Path) -> list[str]:
-    left = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cwd = os.readlink(f"/proc/{pid}/cwd")
-        except OSError:
-            continue
-        if cwd.startswith(f"{root}{os.sep}"):
-            left.append(pid)
-    return left
 
 
 def _job(tmp_path: Path, up: Path, peer_timeout: str) -> AscendJob:
@@ -95,7 +81,7 @@ def test_a_hubs_pod_recreated_then_the_jobs_deletion(tmp_path: Path) -> None:
             start.proc.send_signal(signal.SIGTERM)
         codes = job.finish()
         assert codes == dict.fromkeys(range(job.size), 143), job.report()
-        assert _left_running(tmp_path) == []
+        assert left_running(tmp_path) == []
         report = job.job_json()
         (round1,) = report["rounds"]  # type: ignore[misc]
         cause = str(round1["cause"])

@@ -16,29 +16,13 @@ import signal
 import time
 from pathlib import Path
 
-from ascend_job import AscendJob
+from ascend_job import AscendJob, left_running
 
 from marun.job.coordinator import PACED_FROM
 
 SERVERS, DEVICES = 33, 8
 RECREATED = 20  # the server whose pod is deleted and recreated
 RANKS = 'up="$UP_DIR/round$MARUN_RESTART_COUNT"; mkdir -p "$up"; : > "$up/$RANK_ID"; exec sleep 600'
-
-
-def _left_running(root: Path) -> list[str]:
-    """The processes whose working directory is under root (every marun and rank of the job)."""
-    left = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cwd = os.readlink(f"/proc/{pid}/cwd")
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue  # gone meanwhile, or not ours to read
-        if cwd.startswith(f"{root}{os.sep}"):  # the servers' directories
-            left.append(f"{pid}: {cmd}")
-    return left
 
 
 def test_a_recreated_pod_then_the_jobs_deletion_while_node_0_is_paced(tmp_path: Path) -> None:
@@ -76,7 +60,7 @@ def test_a_recreated_pod_then_the_jobs_deletion_while_node_0_is_paced(tmp_path: 
         codes = job.finish()
         took = time.monotonic() - stopped
         assert codes == dict.fromkeys(range(job.size), 143), job.report()
-        assert _left_running(tmp_path) == []
+        assert left_running(tmp_path) == []
         report = job.job_json()
         (round1,) = report["rounds"]  # type: ignore[misc]
         assert f"node {RECREATED}" in str(round1["cause"]), round1

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 
 import pytest
 
@@ -26,64 +25,27 @@ from marun.job.relay import Relay
 from marun.job.relay_side import BeatBook, HelloBatch, beats_of, hellos_of, relay_address
 from marun.plan.coordination import Coordination
 from marun.runtime.failure import Failure
-from marun.runtime.joblink import JobEvent
+from relay_job import GUARD, Job
 
 SECRET = b"relay-secret"
 JOB = "job-relay"
 SLOTS = 3
-GUARD = 30.0  # seconds: a hang guard, never a measure
-
-
-@dataclass
-class Job:
-    coordinator: Coordinator
-    relays: dict[int, Relay]
-    members: dict[tuple[int, int], Member]
-    events: dict[tuple[int, int], list[JobEvent]]
-
-    def node(self, index: int) -> Coordination:
-        port = self.coordinator.port.server.getsockname()[1]
-        return replace(self.coordinator.coord, port=port, index=index)
-
-    def wait(self, what: Callable[[], bool], why: str) -> None:
-        end = time.monotonic() + GUARD
-        while not what():
-            for key, member in self.members.items():
-                self.events[key] += member.poll()
-            assert time.monotonic() < end, why
-            time.sleep(0.02)
-
-    def heard(self, key: tuple[int, int], kind: str) -> list[JobEvent]:
-        return [e for e in self.events[key] if e.kind == kind]
 
 
 @pytest.fixture
 def job() -> Iterator[Job]:
     coord = Coordination(host="127.0.0.1", port=0, nodes=2, index=0, job=JOB, slots=SLOTS)
-    made = Job(Coordinator(coord, SECRET).start(), {}, {}, {})
+    made = Job(Coordinator(coord, SECRET).start())
     try:
         for index in (0, 1):
-            node = made.node(index)
-            made.relays[index] = Relay(node, SECRET, "127.0.0.1", leader_local=True).start()
-            for slot in range(SLOTS):
-                member = Member(replace(node, slot=slot), SECRET, "127.0.0.1")
-                made.members[(index, slot)] = member
-                made.events[(index, slot)] = []
+            made.add_node(index, SECRET)
         yield made
     finally:
-        for member in made.members.values():
-            member.close()
-        for relay in made.relays.values():
-            relay.close(linger=0.0)
-        made.coordinator.close(linger=0.0)
-
-
-def started(job: Job) -> bool:
-    return all(job.heard(key, "start") for key in job.members)
+        made.close()
 
 
 def test_every_slot_starts_and_stops_through_one_connection_per_node(job: Job) -> None:
-    job.wait(lambda: started(job), "every slot hears the start")
+    job.wait(job.started, "every slot hears the start")
     assert len(job.coordinator.port.conns) == 2  # nodes, not processes
     assert len(job.coordinator.members) == 2 * SLOTS
     failure = Failure(name="rank5", rank=5, exit_code=3)
@@ -122,7 +84,7 @@ def _lines(sock: socket.socket) -> list[bytes]:
 def test_a_strangers_line_on_the_relays_socket_is_refused_and_changes_nothing(
     job: Job, line: bytes
 ) -> None:
-    job.wait(lambda: started(job), "every slot hears the start")
+    job.wait(job.started, "every slot hears the start")
     relay = job.relays[1]
     sock, challenge = _local(job, 1)
     assert challenge["type"] == "challenge" and challenge["version"] == PROTOCOL
@@ -146,7 +108,7 @@ def test_a_strangers_line_on_the_relays_socket_is_refused_and_changes_nothing(
 def test_a_hello_for_a_slot_that_talks_or_another_node_is_turned_away_with_one_line(
     job: Job,
 ) -> None:
-    job.wait(lambda: started(job), "every slot hears the start")
+    job.wait(job.started, "every slot hears the start")
     for node, slot, said in [(1, 1, "is here already"), (0, 1, "is not this node's")]:
         sock, challenge = _local(job, 1)
         hello = {"job": JOB, "node": node, "slot": slot, "type": "hello", "nonce": new_nonce()}
@@ -167,7 +129,7 @@ def test_a_blip_on_a_nodes_connection_brings_its_slots_back_through_the_next(
     a failure after it still stops every slot. (CLOSED_LOST is raised for the test: how fast
     they come back is not what it asserts.)"""
     monkeypatch.setattr(machine, "CLOSED_LOST", GUARD)
-    job.wait(lambda: started(job), "every slot hears the start")
+    job.wait(job.started, "every slot hears the start")
     relay, coordinator = job.relays[1], job.coordinator
     first = relay._up
     assert first is not None
@@ -192,7 +154,7 @@ def test_a_blip_on_a_nodes_connection_brings_its_slots_back_through_the_next(
 def test_a_relay_that_is_gone_stops_its_nodes_slots_at_once_and_node_0_finds_it_lost(
     job: Job,
 ) -> None:
-    job.wait(lambda: started(job), "every slot hears the start")
+    job.wait(job.started, "every slot hears the start")
     job.relays[1].close(linger=0.0)  # as slot 0's marun's death closes its sockets
     for slot in (1, 2):
         job.wait(lambda s=slot: bool(job.heard((1, s), "stop")), "the slot stops")  # type: ignore[misc]

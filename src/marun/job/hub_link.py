@@ -25,6 +25,7 @@ import socket
 import time
 from typing import Any, Callable
 
+from marun.job.conns import AllowedHosts
 from marun.job.handshake import check_challenge
 from marun.job.limits import HELLO_WAIT, RefusalLog
 from marun.job.protocol import (
@@ -82,6 +83,7 @@ class HubServer:
         self._refusals = refusals
         self._log = log
         self.group = group_of(coord, coord.index)
+        self._allowed = AllowedHosts(coord.hosts)  # (node 0's rule for its own port)
         self.most = 2 * len(self.group) + 8  # (a relay reconnecting overlaps its old link)
         self.children: dict[Side, int | None] = {}  # each link and its node (None: no hublink)
         self._by_node: dict[int, Side] = {}
@@ -116,8 +118,11 @@ class HubServer:
                 sock, peer = self.listener.accept()
             except OSError:  # (none waiting; EMFILE: the next turn)
                 return
+            why = None if self._allowed(str(peer[0])) else "hub: not from one of the job's hosts"
             if len(self.children) >= self.most:
-                self._refusals.refuse(str(peer[0]), f"hub: {len(self.children)} links open")
+                why = f"hub: {len(self.children)} links open"
+            if why is not None:
+                self._refusals.refuse(str(peer[0]), why)
                 sock.close()
                 continue
             sock.setblocking(False)

@@ -93,9 +93,7 @@ class JobPort:
         self._without_hello: deque[Conn] = deque()
         self.stuck: set[Conn] = set()
         self._hb_line = self.template(LeaderBeat())
-        self.beats = BeatSchedule(
-            hb_every, self._live, lambda c: self.send_signed(c, self._hb_line)
-        )
+        self.beats = BeatSchedule(hb_every, self._live, self._heartbeat)
         self._welcome: tuple[Welcome, Template] | None = None  # the last welcome's template
         self._address_allowed = AllowedHosts(coord.hosts)
 
