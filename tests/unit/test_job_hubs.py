@@ -162,3 +162,19 @@ def test_entries_for_a_member_node_0_does_not_hold_are_passed_over(
     coordinator.port.drop(five.conn)  # node 5's connection closed (its slots reconnect)
     hub.say("groupbeats", beats=group_beats(5, 7))  # 7 never said hello
     assert hub.conn in coordinator.port.conns and hub.conn.children == set()
+
+
+def test_after_node_0s_own_stall_a_node_behind_a_hub_heard_it_until_the_stall(
+    coordinator: Coordinator,
+) -> None:
+    """Node 0 frozen (SIGSTOP) for longer than its hubs' word stays fresh: the nodes behind a
+    hub heard node 0 through it until the freeze, not since node 0's last line to them (which
+    may be the job's start): the stall is judged by the freeze, as without hubs."""
+    hub, child = Node(coordinator, 4), Node(coordinator, 5)
+    hub.say("groupbeats", beats=group_beats(5))
+    now = time.monotonic()
+    child.conn.last_out = now - 500.0  # node 0's last line of its own to it: long ago
+    hub.conn.last_out = now  # (its heartbeat to the hub, handed on)
+    frozen = 100.0
+    unheard = coordinator.port.unheard(now + frozen)
+    assert frozen <= unheard < frozen + 1.0, unheard

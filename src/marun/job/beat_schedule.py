@@ -67,10 +67,14 @@ class BeatSchedule:
         return now - min(heard) if heard else 0.0
 
     def _heard_at(self, conn: Conn, now: float) -> float:
+        """When `conn`'s marun last heard node 0: its own line, or the hub's, which it heard
+        while it was linked to the hub (as far as node 0 knows: up to its last entry through
+        it, and an interval on). Not `now`'s freshness: after node 0's own stall every hub's
+        word is old, and the nodes heard node 0 through their hubs until the stall began."""
         hub = conn.via_hub
-        if hub is None or not self.through_hub(conn, now):
+        if hub is None or not self._live(hub):
             return conn.last_out
-        return max(conn.last_out, hub.last_out)
+        return max(conn.last_out, min(hub.last_out, conn.via_at + self.every))
 
     def via(self, conn: Conn, hub: Conn, now: float) -> None:
         """`hub`'s `groupbeats` spoke for `conn`'s node: node 0's heartbeats reach it through
