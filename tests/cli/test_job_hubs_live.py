@@ -122,3 +122,35 @@ def test_a_frozen_hub_is_the_only_node_lost(tmp_path: Path) -> None:
         print(f"hub frozen: the job failed fast naming node 8 alone in {took:.1f}s")
     finally:
         job.kill_all()
+
+
+def test_node_0_frozen_a_while_and_the_job_goes_on_through_its_hubs(tmp_path: Path) -> None:
+    """Node 0's pod frozen (SIGSTOP) for half of `peer_timeout`, well after node 0's last line of
+    its own to the nodes behind hubs: they heard node 0 through their hubs until the freeze, so
+    node 0 judges its stall by the freeze and goes on, and so does every node; then the job's
+    deletion (SIGTERM to every marun) ends every marun with 143."""
+    up = tmp_path / "up"
+    up.mkdir()
+    job = _job(tmp_path, up, "10")
+    try:
+        job.start(["sh", "-c", RANKS])
+        job.wait_up(up / "round0")
+        behind = (*CHILDREN, 9, 10, 11)
+        _wait(lambda: all(_logged(tmp_path, s, "job_hub_linked") for s in behind),
+              "every group's server links to its hub", job)  # fmt: skip
+        time.sleep(6.0)  # node 0's own last line to them: now older than peer_timeout - 5 s
+        node0 = [job.starts[r] for r in range(DEVICES)]
+        for start in node0:
+            os.killpg(start.proc.pid, signal.SIGSTOP)
+        time.sleep(5.0)
+        for start in node0:
+            os.killpg(start.proc.pid, signal.SIGCONT)
+        time.sleep(4.0)  # node 0 looks at its stall, every node at node 0's silence
+        assert all(s.proc.poll() is None for s in job.starts.values()), job.report()
+        for start in job.starts.values():
+            start.proc.send_signal(signal.SIGTERM)
+        codes = job.finish()
+        assert codes == dict.fromkeys(range(job.size), 143), job.report()
+        assert left_running(tmp_path) == []
+    finally:
+        job.kill_all()
