@@ -450,18 +450,20 @@ def test_a_torn_rewrite_after_initializing_is_retried(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Once the table was seen initializing, an unparseable read is the platform's rewrite in
-    flight: keep waiting. (Whether a poll lands on the torn state is up to the scheduler; the
-    outcome must be the completed table either way.) The torn rewrite comes once the loader has
-    read the table initializing: a slow first read (a busy machine) would otherwise find the
-    torn one first, which is bad input, not a rewrite."""
+    flight: keep waiting. The torn rewrite comes right after the loader's first read (which saw
+    the table initializing), before its second: the very next read, the retry loop's first,
+    lands on it (before, that read was bad input, on a busy machine's timing). The torn state
+    comes only after a read saw the table initializing: found first it is bad input."""
     table = tmp_path / "rank_table.json"
     table.write_text(_initializing())
-    first_read = threading.Event()
+    first_read, torn = threading.Event(), threading.Event()
     read = ranktable_platform.read_table_text
 
     def read_then_say(path: str) -> str:
         text = read(path)
-        first_read.set()
+        if not first_read.is_set():
+            first_read.set()
+            assert torn.wait(30), "the platform's rewrite begins"
         return text
 
     monkeypatch.setattr(ranktable_platform, "read_table_text", read_then_say)
@@ -469,6 +471,7 @@ def test_a_torn_rewrite_after_initializing_is_retried(
     def rewrite() -> None:
         assert first_read.wait(30), "the loader reads the table"
         _replace(table, '{"status": "compl')
+        torn.set()
         time.sleep(0.5)
         _replace(table, (TABLES / "server_list_2x2.json").read_text())
 

@@ -249,7 +249,10 @@ def load_rank_table(path: str, timeout: float, interval: float = 1.0) -> RankTab
     from tenacity import RetryCallState, retry, retry_if_exception_type, stop_after_delay
 
     timeout = max(0.0, timeout)
-    waited = False
+    # The read above saw it initializing: from here on a read that fails to parse is the
+    # platform's rewrite in flight (the first attempt below may land on it: a busy machine takes
+    # longer than a rewrite to get there). `said`: "waiting for rank table" logged once.
+    said = False
 
     def pause(state: RetryCallState) -> float:
         # Never sleep past the deadline: the last look is at the deadline itself.
@@ -262,17 +265,17 @@ def load_rank_table(path: str, timeout: float, interval: float = 1.0) -> RankTab
         reraise=True,
     )
     def attempt() -> RankTable:
-        nonlocal waited
+        nonlocal said
+        if not said:
+            from marun.log import get_logger
+
+            get_logger().info(
+                "waiting for rank table", path=path, status=INITIALIZING, timeout=timeout
+            )
+            said = True
         try:
             return parse_rank_table(read_table_text(path), path)
         except RankTableNotReady:
-            if not waited:
-                from marun.log import get_logger
-
-                get_logger().info(
-                    "waiting for rank table", path=path, status=INITIALIZING, timeout=timeout
-                )
-            waited = True
             raise _StillWaiting(
                 InputError(
                     f"rank table {path}: status is still {INITIALIZING!r} after waiting "
@@ -281,8 +284,6 @@ def load_rank_table(path: str, timeout: float, interval: float = 1.0) -> RankTab
                 )
             ) from None
         except InputError as exc:
-            if not waited:
-                raise
             raise _StillWaiting(exc) from None
 
     try:
