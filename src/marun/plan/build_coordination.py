@@ -10,7 +10,6 @@ coordination; neither does a whole-job plan (`--all-nodes`) nor a job with `job_
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from marun.errors import InputError, bad_value
 from marun.inputs.injected import Platform
@@ -18,6 +17,10 @@ from marun.inputs.numbers import PORT_MAX, PORT_MIN, check_positive_seconds, is_
 from marun.plan.coordination import HEARTBEAT, MIN_PEER_TIMEOUT, TOKEN_VAR, Coordination, JobShape
 from marun.plan.hubs import hub_group
 from marun.plan.launch_plan import LaunchPlan
+
+TYPE_CHECKING = False  # typing's, without importing typing on the path to exec (mypy: True)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _auth(platform: Platform) -> str:
