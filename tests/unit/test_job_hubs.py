@@ -178,3 +178,14 @@ def test_after_node_0s_own_stall_a_node_behind_a_hub_heard_it_until_the_stall(
     frozen = 100.0
     unheard = coordinator.port.unheard(now + frozen)
     assert frozen <= unheard < frozen + 1.0, unheard
+
+
+def test_the_hubs_group_size_is_part_of_the_jobs_id() -> None:
+    """Every node of a job must take the same group size: one that took another has another
+    job id, and is refused at its hello as another job's marun (one line each side), not left
+    beating a node 0 that does not take its hub's lines. A job without hubs keeps its id."""
+    from marun.plan.build_coordination import job_id
+
+    same = ("job", "ascend", "10.0.0.1", 36668, 2048, 8, ())
+    assert job_id(*same) == job_id(*same, (), 0)
+    assert job_id(*same, (), 64) != job_id(*same) and job_id(*same, (), 64) != job_id(*same, (), 8)

@@ -51,13 +51,16 @@ def job_id(
     slots: int,
     hosts: tuple[str, ...],
     rendezvous: tuple[str, ...] = (),
+    hub_group: int = 0,
 ) -> str:
     """The job's id, the same on every node of the job and unlike another job's on the same
     network: the platform's job name (MA_VJ_NAME; `-` when unset) and a digest of everything
     else every node knows alike: the mode, node 0's address and job port, the job's size, its
     hosts and the rendezvous the platform appended to every node alike (`--init_method`,
     `--world_size`): two hand-run jobs on one
-    host with one job port but their own rendezvous ports are two jobs, never one. Two jobs
+    host with one job port but their own rendezvous ports are two jobs, never one; and its
+    liveness hubs' group size (every node must take the same: a node that took another is
+    refused at its hello as another job's, not left beating a node 0 that ignores it). Two jobs
     that share all of these are still told apart at run time: a node's marun that is already
     there keeps its place (docs/supervision.md, "How jobs are told apart")."""
     import hashlib  # here: OpenSSL's library costs a single-node run's exec path 3 MiB
@@ -66,6 +69,8 @@ def job_id(
     what = [name or "", mode, leader, port, nodes, slots, list(hosts)]
     if rendezvous:  # (kept out when empty: the ids of jobs without one stay as they were)
         what.append(list(rendezvous))
+    if hub_group:  # (likewise)
+        what.append(["hubs", hub_group])
     digest = hashlib.sha256(json.dumps(what).encode()).hexdigest()[:12]
     return f"{name or '-'}.{digest}"
 
@@ -147,6 +152,7 @@ def _section(mode: str, shape: JobShape, platform: Platform) -> Coordination:
     settings = platform.settings
     hosts = _job_hosts(platform, shape.nodes)
     auth = _auth(platform)
+    hubs = _hubs(settings.hub_group, settings.job_port, shape, hosts)
     return Coordination(
         host=shape.host,
         port=settings.job_port,
@@ -161,6 +167,7 @@ def _section(mode: str, shape: JobShape, platform: Platform) -> Coordination:
             shape.slots,
             hosts if shape.hosts_in_id else (),
             _rendezvous(platform),
+            hubs.get("hub_group", 0),
         ),
         hosts=hosts,
         leader=shape.leader,
@@ -174,7 +181,7 @@ def _section(mode: str, shape: JobShape, platform: Platform) -> Coordination:
         ),
         auth=auth,
         ssh_key=platform.ssh_key() if auth == "ssh-key" else None,
-        **_hubs(settings.hub_group, settings.job_port, shape, hosts),
+        **hubs,
     )
 
 
