@@ -361,8 +361,9 @@ class Relay(SlotsSide):
         self._up_write(body)
 
     def _hub_up(self, body: dict[str, Any]) -> bool:
-        """A line of this hub's group to node 0, on this node's connection (False: none now)."""
-        if self._up is None or not self._up_ready:
+        """A line of this hub's group to node 0, on this node's connection (False: none now, or
+        node 0 has not welcomed this node yet: it takes a hub's lines once it knows the node)."""
+        if self._up is None or not self._up_ready or not self._welcomed:
             return False
         self._up_write({"job": self.coord.job, "node": self.coord.index, "slot": 0, **body})
         return True
