@@ -27,7 +27,10 @@ from relay_job import GUARD, Job
 SECRET = b"hub-secret"
 JOB = "job-hubs"
 NODES, SLOTS, GROUP = 6, 2, 3  # node 0's group 0-2; node 3 the hub of 4 and 5
-PEER_TIMEOUT = 6.0  # heartbeats every second (12 maruns): a frozen hub is lost in 6 s
+# Heartbeats every second (12 maruns); a hub silent for 5 s is left (marun.job.hub_link's
+# silent_limit: its floor, where peer_timeout leaves room), so a thread starved for seconds on a
+# busy machine does not send a node back to beating node 0 in the middle of a test's look.
+PEER_TIMEOUT = 20.0
 
 
 @pytest.fixture

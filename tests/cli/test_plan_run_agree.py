@@ -62,6 +62,8 @@ CASES = [
     Given("grace_period", "yaml", "-.inf", "5"),
     Given("max_restarts", "cli", "-1", "0"),
     Given("spares", "cli", "-1", "0"),
+    Given("hub_group", "env", "-1", "8"),
+    Given("hub_group", "yaml", "1", "4", "ascend"),  # (a group of one: refused with the job's)
     Given("recovery_restarts", "env", "1.5", "3"),
     Given("fatal_exit_codes", "yaml", "[0]", "[3]"),
     Given("quick_failure", "env", "-1", "0"),
