@@ -317,7 +317,7 @@ class Coordinator:
             (
                 lane(conn, slot),
                 (node, slot),
-                idle if idle > 0.0 else 0.0,
+                idle,
                 cpu,
                 None if progress is None else progress_of(progress),
             )

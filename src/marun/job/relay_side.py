@@ -251,8 +251,9 @@ def dial(target: tuple[str, int]) -> socket.socket | str:
 
 
 def beats_of(value: object, slots: int) -> list[SlotBeat]:
-    """A `beats` line's entries as (slot, idle, cpu, progress); ValueError for anything that is
-    not one (node 0 refuses the line): at most `slots` entries, each [slot, idle, cpu, progress].
+    """A `beats` line's entries as (slot, idle, cpu, progress), idle at least 0; ValueError for
+    anything that is not one (node 0 refuses the line): at most `slots` entries, each [slot,
+    idle, cpu, progress].
 
     Node 0 reads one of these per node per heartbeat interval (8 entries each; 1,638 entries a
     second at 4,096 x 8), so the checks are the cheapest exact ones: `type(x) is int` refuses a
@@ -270,7 +271,8 @@ def beats_of(value: object, slots: int) -> list[SlotBeat]:
             raise ValueError("beats: idle or cpu is not a number")
         if not (progress is None or type(progress) is dict):
             raise ValueError("beats: progress is not an object")
-        out.append((slot, float(idle), None if cpu is None else float(cpu), progress))
+        idle = float(idle) if idle > 0 else 0.0
+        out.append((slot, idle, None if cpu is None else float(cpu), progress))
     return out
 
 

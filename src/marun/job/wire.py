@@ -66,7 +66,7 @@ class JobPort:
         on_closed: Callable[[Lane], None],
         on_beats: Callable[[Conn, int, list[SlotBeat]], None],
         on_hellos: Callable[[list[tuple[Lane, dict[str, Any]]]], None],
-        on_group_beats: Callable[[Conn, list[GroupBeat]], None] = lambda conn, entries: None,
+        on_group_beats: Callable[[Conn, list[GroupBeat]], None],
     ) -> None:
         self.coord = coord
         self._secret = secret
