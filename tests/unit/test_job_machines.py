@@ -8,7 +8,17 @@ import ast
 import signal
 from pathlib import Path
 
-from marun.job.actions import Action, Announce, Bind, Broadcast, Refuse, Send, TurnAway, WriteReport
+from marun.job.actions import (
+    Action,
+    Announce,
+    Bind,
+    Broadcast,
+    Log,
+    Refuse,
+    Send,
+    TurnAway,
+    WriteReport,
+)
 from marun.job.machine import CLOSED_LOST, LOOK, JobMachine
 from marun.job.member_machine import Disconnect, MemberMachine, Push
 from marun.job.messages import (
@@ -86,6 +96,19 @@ def test_the_barrier_opens_on_the_last_node_and_not_before() -> None:
     for node in range(2):
         assert "start" not in _kinds(m.hello(f"c{node}", "a", _hello(node), 1.0, WALL))
     assert any(isinstance(a, Announce) for a in m.hello("c2", "a", _hello(2), 1.0, WALL))
+    assert m.job.phase is JobPhase.RUNNING
+
+
+def test_node_arrived_is_said_once_a_node_when_its_last_slot_comes() -> None:
+    # (a line a device cost node 0 1.5 s of its arrival at 4,096 x 8)
+    m = JobMachine(_coord(nodes=2, slots=4), "leader", now=0.0, wall=WALL)
+    said: list[dict[str, object]] = []
+    for node, slot in [(1, 0), (0, 0), (1, 2), (1, 1), (0, 1), (0, 2), (1, 3), (0, 3)]:
+        actions = m.hello(f"c{node}.{slot}", "a", _hello(node, slot=slot), 1.0, WALL)
+        said += [a.fields for a in actions if isinstance(a, Log) and a.event == "node_arrived"]
+        if (node, slot) == (1, 3):
+            assert said == [{"node": 1, "host": "h1", "slots": 4}]
+    assert said == [{"node": 1, "host": "h1", "slots": 4}, {"node": 0, "host": "h0", "slots": 4}]
     assert m.job.phase is JobPhase.RUNNING
 
 
