@@ -125,12 +125,13 @@ class JobMachine:
         """A relay's heartbeats of its node's slots (one `beats` line), each taken as message()
         takes an `hb` (_beat), in one call (1,638 a second at 4,096 x 8: no object per entry)."""
         self._clock(now, wall)
+        lookup, heard_from, beat = self.job.members.lookup, self._heard_from, self._beat
         for handle, key, idle, cpu, progress in beats:
-            member = self._heard_from(handle, key)
+            member = heard_from(handle, key, lookup(key))
             if member is None:
                 self.job.actions.append(Refuse(handle, "hb before hello"))
             else:
-                self._beat(key, member, idle, cpu, progress)
+                beat(key, member, idle, cpu, progress)
         return self._taken()
 
     def group_beats(
@@ -138,24 +139,33 @@ class JobMachine:
     ) -> tuple[list[Action], list[Handle]]:
         """A hub's heartbeats of its group's slots (marun.plan.hubs), each taken as its node's
         `beats` entry, on the lane the member holds; one it holds none of (closed, not welcomed
-        yet) is passed over. Also the lanes heard: their nodes hear node 0 through the hub."""
+        yet) is passed over. Also a lane heard of each node spoken for (one a node where its
+        entries come together, as a hub sends them): those nodes hear node 0 through the hub."""
         self._clock(now, wall)
         heard: list[Handle] = []
-        lookup = self.job.members.lookup
+        lookup, heard_from, beat = self.job.members.lookup, self._heard_from, self._beat
+        last = -1  # the node of the last lane in `heard`
         for key, idle, cpu, progress in beats:  # (one pass: 1,638 a second at 4,096 x 8)
             held = lookup(key)
-            handle = None if held is None else held.conn
-            member = None if handle is None else self._heard_from(handle, key)
-            if member is not None:
-                self._beat(key, member, idle, cpu, progress)
-                heard.append(handle)
+            if held is None or held.conn is None:
+                continue
+            handle = held.conn
+            if heard_from(handle, key, held) is not None:
+                beat(key, held, idle, cpu, progress)
+                if key[0] != last:
+                    last = key[0]
+                    heard.append(handle)
         return self._taken(), heard
 
-    def _heard_from(self, handle: Handle, key: Key) -> MemberState | None:
+    def _heard_from(
+        self, handle: Handle, key: Key, member: MemberState | None = None
+    ) -> MemberState | None:
         """The member a line on `handle` speaks for (None: it did not say hello as `key`), heard
-        now: alive, and counted again if it had been found lost."""
+        now: alive, and counted again if it had been found lost. `member`: the one at `key`,
+        where the caller looked it up already."""
         job = self.job
-        member = job.members.get(key)
+        if member is None:
+            member = job.members.get(key)
         if member is None or job.bound.get(handle) != key:
             return None
         job.members.seen(key, member, job.now, job.wall)
