@@ -18,6 +18,7 @@ mindspore` makes that venv; docs/engines/mindspore.md):
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 
 
@@ -25,6 +26,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=3, help="training steps")
     args, _ = parser.parse_known_args()
+    # Where MindSpore's rare SIGSEGV at the interpreter's exit comes from (seen twice in CI, on
+    # busy cores, after release()): every thread's Python stack into the rank's log, then the
+    # signal as before (the process still dies of it).
+    faulthandler.enable()
 
     import mindspore as ms
     import numpy as np
