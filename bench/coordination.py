@@ -427,7 +427,9 @@ class LightNode(Light):
         while True:
             part = group[turn % 8 :: 8]
             turn += 1
-            if part and not self.silent:
+            if part and not self.silent and PROTOCOL >= 7:  # one entry a node
+                self.send("groupbeats", nodes=[[n, [0.0] * self.slots, None, None] for n in part])
+            elif part and not self.silent:  # (protocol 6: one a slot)
                 entries = [[n, s, 0.0, None, None] for n in part for s in range(self.slots)]
                 self.send("groupbeats", beats=entries)
             await asyncio.sleep(every / 8)
@@ -703,7 +705,7 @@ def main() -> int:
         "--hubs",
         type=int,
         default=0,
-        help="liveness hubs (protocol 6): nodes per group; each group past the first beats node "
+        help="liveness hubs (protocol 6 on): nodes per group; each group past the first beats node "
         "0 through a light hub's `groupbeats` (0: none, every node beats node 0 itself)",
     )
     parser.add_argument(

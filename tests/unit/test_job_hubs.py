@@ -82,7 +82,8 @@ class Node:
 
 
 def group_beats(*nodes: int) -> list[list[Any]]:
-    return [[n, s, 0.5, None, None] for n in nodes for s in range(SLOTS)]
+    """A `groupbeats` line's entries (protocol 7): one a node, its slots' idles in a list."""
+    return [[n, [0.5] * SLOTS, None, None] for n in nodes]
 
 
 def test_a_hubs_groupbeats_speak_for_its_group_and_node_0s_heartbeats_go_through_it(
@@ -93,7 +94,7 @@ def test_a_hubs_groupbeats_speak_for_its_group_and_node_0s_heartbeats_go_through
         node.heard()  # (challenge, welcomes)
     members = coordinator.members
     before = {key: members[key].last_seen for key in members}
-    nodes[4].say("groupbeats", beats=group_beats(5, 6))
+    nodes[4].say("groupbeats", nodes=group_beats(5, 6))
     assert all(nodes[n].conn in coordinator.port.conns for n in nodes)  # nothing refused
     for n in (5, 6):
         assert nodes[n].conn.via_hub is nodes[4].conn
@@ -114,7 +115,7 @@ def test_a_node_beating_node_0_itself_again_has_its_heartbeat_at_once(
     coordinator: Coordinator,
 ) -> None:
     hub, child = Node(coordinator, 4), Node(coordinator, 5)
-    hub.say("groupbeats", beats=group_beats(5))
+    hub.say("groupbeats", nodes=group_beats(5))
     child.heard()
     child.conn.last_out -= coordinator.hb_every  # (node 0's last line to it: an interval ago)
     child.say("beats", beats=[[s, 0.0, None, None] for s in range(SLOTS)])
@@ -124,7 +125,7 @@ def test_a_node_beating_node_0_itself_again_has_its_heartbeat_at_once(
 
 def test_a_hub_gone_sends_its_group_node_0s_heartbeat_at_once(coordinator: Coordinator) -> None:
     hub, five, six = Node(coordinator, 4), Node(coordinator, 5), Node(coordinator, 6)
-    hub.say("groupbeats", beats=group_beats(5, 6))
+    hub.say("groupbeats", nodes=group_beats(5, 6))
     for node in (five, six):
         node.heard()
         node.conn.last_out -= coordinator.hb_every
@@ -139,9 +140,15 @@ def test_a_hub_gone_sends_its_group_node_0s_heartbeat_at_once(coordinator: Coord
         (5, group_beats(6), "not a hub"),  # a node that is not a hub
         (4, group_beats(9), "not of this hub's group"),  # another group's node
         (4, group_beats(4), "not of this hub's group"),  # the hub's own: its own `beats` say it
-        (4, [[5, SLOTS, 0.0, None, None]], "slot out of range"),
-        (4, [[5, 0, float("nan"), None, None]], "not a number"),  # (json.loads takes NaN)
-        (4, [[5, 0, True, None, None]], "not a number"),
+        (4, [[5, [0.0] * (SLOTS + 1), None, None]], "one item per slot"),
+        (4, [[5, [0.0] * SLOTS, [1.0], None]], "one item per slot"),
+        (4, [[5, None, None, None]], "one item per slot"),
+        (4, group_beats(5, 5), "node 5 twice"),
+        (4, [[5, [0.0, None], [1.0, 2.0], None]], "of a slot that did not beat"),
+        (4, [[5, [float("nan"), 0.0], None, None]], "not a number"),  # (json.loads takes NaN)
+        (4, [[5, [True, 0.0], None, None]], "not a number"),
+        (4, [[5, [0.0, 0.0], None, [None, 3]]], "not an object"),
+        (4, [[5, 0, 0.0, None, None]], "not [node, idles, cpus, steps]"),  # protocol 6's
     ],
 )
 def test_groupbeats_from_a_node_not_a_hub_or_for_another_group_are_refused(
@@ -150,7 +157,7 @@ def test_groupbeats_from_a_node_not_a_hub_or_for_another_group_are_refused(
     refused: list[str] = []
     coordinator.port.refusals._log = lambda *a, **kw: refused.append(str(kw.get("reason")))
     nodes = {n: Node(coordinator, n) for n in (4, 5, 6, 9)}
-    nodes[sender].say("groupbeats", beats=entries)
+    nodes[sender].say("groupbeats", nodes=entries)
     assert nodes[sender].conn not in coordinator.port.conns
     assert len(refused) == 1 and why in refused[0], refused
 
@@ -160,7 +167,7 @@ def test_entries_for_a_member_node_0_does_not_hold_are_passed_over(
 ) -> None:
     hub, five = Node(coordinator, 4), Node(coordinator, 5)
     coordinator.port.drop(five.conn)  # node 5's connection closed (its slots reconnect)
-    hub.say("groupbeats", beats=group_beats(5, 7))  # 7 never said hello
+    hub.say("groupbeats", nodes=group_beats(5, 7))  # 7 never said hello
     assert hub.conn in coordinator.port.conns and hub.conn.children == set()
 
 
@@ -171,7 +178,7 @@ def test_after_node_0s_own_stall_a_node_behind_a_hub_heard_it_until_the_stall(
     hub heard node 0 through it until the freeze, not since node 0's last line to them (which
     may be the job's start): the stall is judged by the freeze, as without hubs."""
     hub, child = Node(coordinator, 4), Node(coordinator, 5)
-    hub.say("groupbeats", beats=group_beats(5))
+    hub.say("groupbeats", nodes=group_beats(5))
     now = time.monotonic()
     child.conn.last_out = now - 500.0  # node 0's last line of its own to it: long ago
     hub.conn.last_out = now  # (its heartbeat to the hub, handed on)
@@ -189,3 +196,55 @@ def test_the_hubs_group_size_is_part_of_the_jobs_id() -> None:
     same = ("job", "ascend", "10.0.0.1", 36668, 2048, 8, ())
     assert job_id(*same) == job_id(*same, (), 0)
     assert job_id(*same, (), 64) != job_id(*same) and job_id(*same, (), 64) != job_id(*same, (), 8)
+
+
+def test_a_hub_sends_one_entry_a_node_with_each_slots_last_heartbeat() -> None:
+    """The hub's side of protocol 7's `groupbeats`: each node's slots' last heartbeats since
+    the last line in one entry ([node, idles, cpus, steps]); a slot that did not beat is null,
+    and cpus and steps are lists only where a slot had one. Node 0 takes what it sends."""
+    import selectors
+
+    from marun.job.hub_link import HubServer
+    from marun.job.limits import RefusalLog
+    from marun.job.relay_side import group_beats_of
+    from marun.sim.ports import free_port
+
+    coord = Coordination(
+        host="127.0.0.1", port=free_port(), nodes=NODES, index=4, job=JOB, slots=SLOTS,
+        hub_group=GROUP,
+    )  # fmt: skip
+    sel, sent = selectors.DefaultSelector(), []
+    hub = HubServer(coord, SECRET, sel, 1.0, lambda body: sent.append(body) or True,
+                    RefusalLog(lambda *a, **kw: None), lambda *a, **kw: None)  # fmt: skip
+    try:
+        hub._take(5, [(0, 2.0, None, None), (1, 0.0, None, None)])
+        hub._take(6, [(1, 1.0, 7.5, None)])
+        hub._take(5, [(0, 3.0, None, {"ranks": []})])  # slot 0 again: its last one counts
+        hub.tick(time.monotonic() + 1.0)
+        assert sent == [{"type": "groupbeats", "nodes": [
+            [5, [3.0, 0.0], None, [{"ranks": []}, None]],
+            [6, [None, 1.0], [None, 7.5], None],
+        ]}]  # fmt: skip
+        taken = group_beats_of(sent[0]["nodes"], range(5, 8), SLOTS)
+        assert taken == [((5, 0), 3.0, None, {"ranks": []}), ((5, 1), 0.0, None, None),
+                         ((6, 1), 1.0, 7.5, None)]  # fmt: skip
+        hub.tick(time.monotonic() + 2.0)
+        assert len(sent) == 1  # nothing new: no line
+    finally:
+        hub.close_links()
+        if hub.listener is not None:
+            hub.listener.close()
+        sel.close()
+
+
+def test_a_hubs_entry_refreshes_the_slots_that_beat_and_takes_their_cpu(
+    coordinator: Coordinator,
+) -> None:
+    hub, five = Node(coordinator, 4), Node(coordinator, 5)
+    members = coordinator.members
+    before = {s: members[(5, s)].last_seen for s in range(SLOTS)}
+    hub.say("groupbeats", nodes=[[5, [0.25, None], [4.5, None], None]])
+    assert members[(5, 0)].last_seen > before[0] and members[(5, 0)].idle == 0.25
+    assert list(members[(5, 0)].cpu_history)[-1][1] == 4.5
+    assert members[(5, 1)].last_seen == before[1] and len(members[(5, 1)].cpu_history) == 0
+    assert five.conn.via_hub is hub.conn

@@ -133,7 +133,7 @@ def checked_line(
     if kind == "groupbeats":
         if conn.node is None or not is_hub(coord, conn.node):
             raise ProtocolError(f"groupbeats from node {body['node']}, not a hub of this job")
-        return body, group_beats_of(body.get("beats"), group_of(coord, conn.node), coord.slots)
+        return body, group_beats_of(body.get("nodes"), group_of(coord, conn.node), coord.slots)
     if kind == "hellos":
         return body, hellos_of(body, coord.slots)
     return body, []

@@ -38,7 +38,7 @@ from marun.job.protocol import (
     is_nonce,
     new_nonce,
 )
-from marun.job.relay_side import Side, beats_of, dial, forget
+from marun.job.relay_side import Side, SlotBeat, beats_of, dial, forget
 from marun.job.signing import Template
 from marun.plan.coordination import Coordination
 from marun.plan.hubs import group_of, hub_of, hub_port
@@ -87,9 +87,9 @@ class HubServer:
         self.most = 2 * len(self.group) + 8  # (a relay reconnecting overlaps its old link)
         self.children: dict[Side, int | None] = {}  # each link and its node (None: no hublink)
         self._by_node: dict[int, Side] = {}
-        # each slot's last heartbeat since the last `groupbeats` line (so a line holds at most
-        # one per slot of the group, whatever a node sent: node 0 refuses more than two)
-        self._entries: dict[tuple[int, int], list[Any]] = {}
+        # each node's entry of the next `groupbeats` line: [node, idles, cpus, steps], each
+        # slot's last heartbeat since the last line (whatever a node sent: one entry a node)
+        self._entries: dict[int, list[Any]] = {}
         self._next_forward = time.monotonic() + every / FORWARD_PARTS
         self._relayed = 0.0  # monotonic: node 0's liveness last handed on
         self._said_at = 0.0  # monotonic: the last line to the group (node 0's, or a hubbeat)
@@ -175,9 +175,22 @@ class HubServer:
         elif kind != "beats" or body["node"] != node:
             raise ProtocolError(f"{kind} of node {body['node']} on node {node}'s link")
         else:
-            beats = beats_of(body.get("beats"), self.coord.slots)
-            for entry in beats:
-                self._entries[(node, entry[0])] = [node, *entry]
+            self._take(node, beats_of(body.get("beats"), self.coord.slots))
+
+    def _take(self, node: int, beats: list[SlotBeat]) -> None:
+        """A node's slots' heartbeats into its entry of the next `groupbeats` line."""
+        slots = self.coord.slots
+        entry = self._entries.get(node)
+        if entry is None:
+            entry = self._entries[node] = [node, [None] * slots, None, None]
+        idles = entry[1]
+        for slot, idle, cpu, progress in beats:
+            idles[slot] = idle
+            for at, value in ((2, cpu), (3, progress)):  # (a list only where one has some)
+                if value is not None and entry[at] is None:
+                    entry[at] = [None] * slots
+                if entry[at] is not None:
+                    entry[at][slot] = value
 
     def heard_node0(self, now: float) -> None:
         """A line of node 0's came: its liveness to the group (the members' clocks of node 0's
@@ -206,7 +219,7 @@ class HubServer:
             return
         self._next_forward = max(self._next_forward + self._every / FORWARD_PARTS, now)
         entries, self._entries = list(self._entries.values()), {}
-        if entries and not self._up({"type": "groupbeats", "beats": entries}):
+        if entries and not self._up({"type": "groupbeats", "nodes": entries}):
             self.close_links()  # no node 0 to hand them to: its group beats node 0 itself
 
     def close_links(self) -> None:

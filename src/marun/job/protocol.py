@@ -34,8 +34,9 @@ _MAC_HEX = 64  # HMAC-SHA256, in hex
 # 3 (part 24): a node's slots reach node 0 through their node's relay (marun.job.relay), one
 # connection per node: lanes (`to`), `gone`, `drop` and `beats`. 4 (part 23): hot spares' `place`.
 # 5 (part 24): a relay's slots' hellos in one `hellos` line. 6 (part 24): liveness hubs
-# (marun.plan.hubs): `hublink`, `groupbeats`.
-PROTOCOL = 6
+# (marun.plan.hubs): `hublink`, `groupbeats`. 7: `groupbeats` one entry a node (its slots'
+# figures in lists), not one a slot.
+PROTOCOL = 7
 
 # What each message's fields must be, beyond job/node/slot/type/peer/seq (every other field is
 # ignored). A signed line with a field of another type is refused like a forged one: without a
@@ -71,7 +72,7 @@ FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     # liveness hubs (marun.plan.hubs): a node's relay's first line to its hub (up), and a hub's
     # group's heartbeats in one line to node 0 (up): [node, slot, idle, cpu, progress]
     "hublink": {"nonce": (str,), "version": (int,)},
-    "groupbeats": {"beats": (list,)},
+    "groupbeats": {"nodes": (list,)},
     "hubbeat": {},  # (down) the hub is there; node 0's liveness comes as its `hb`
 }  # fmt: skip
 # A line of node 0's for one slot behind a relay names it (`to`); a line without one is for
