@@ -22,7 +22,15 @@ from marun.job.member_machine import MemberMachine, Push
 from marun.job.phases import JobPhase, MemberPhase
 from marun.job.protocol import PROTOCOL, LineBuffer, ProtocolError, decode, encode, new_nonce
 from marun.job.relay import Relay
-from marun.job.relay_side import BeatBook, HelloBatch, beats_of, hellos_of, relay_address
+from marun.job.relay_side import (
+    BeatBook,
+    HelloBatch,
+    Side,
+    beats_of,
+    hellos_of,
+    leader_line,
+    relay_address,
+)
 from marun.plan.coordination import Coordination
 from marun.runtime.failure import Failure
 from relay_job import GUARD, Job
@@ -222,6 +230,24 @@ def test_node_0_reads_a_hellos_line_only_when_it_is_one() -> None:
             hellos_of({**line, "hellos": bad}, 3)
 
 
+def test_a_relay_reads_node_0s_to_as_a_slot_or_a_list_of_slots() -> None:
+    """Protocol 7: node 0 welcomes a `hellos` line's slots in one line (`to` a list)."""
+    for to, slots in [(None, None), (3, [3]), ([0, 1, 5], [0, 1, 5])]:
+        up = Side(socket.socket(socket.AF_INET, socket.SOCK_STREAM), peer_nonce="p" * 32)
+        body = {"job": JOB, "node": 0, "slot": 0, "type": "welcome", "instance": "i", "wall": 1.0}
+        extra = {} if to is None else {"to": to}
+        line = encode(SECRET, {**body, "peer": up.nonce, "seq": 0, **extra})
+        got, said = leader_line(SECRET, JOB, up, line)
+        assert said == slots and "to" not in got
+        up.sock.close()
+    for bad in (True, [], [1, True], ["1"], {"0": 1}, 1.0):
+        up = Side(socket.socket(socket.AF_INET, socket.SOCK_STREAM), peer_nonce="p" * 32)
+        line = encode(SECRET, {**body, "peer": up.nonce, "seq": 0, "to": bad})
+        with pytest.raises(ProtocolError, match="not a slot or a list of slots"):
+            leader_line(SECRET, JOB, up, line)
+        up.sock.close()
+
+
 def test_a_nodes_hellos_of_one_turn_go_up_in_lines_of_at_most_eight() -> None:
     batch, nonce = HelloBatch(), new_nonce()
     assert batch.take(JOB, 2, nonce) == [] and not batch
@@ -309,3 +335,35 @@ def test_the_beats_line_ages_each_slots_idle_time_by_its_wait() -> None:
     book.drop(1)
     assert book.take(now=13.0) == [[0, 1.0, None, None], [2, 4.0, 7.0, None]]
     assert not book
+
+
+def test_node_0_welcomes_a_hellos_lines_slots_in_one_line_before_anything_else() -> None:
+    """Protocol 7: a relay's `hellos` line is answered with one `welcome` to all its slots (`to`
+    their list; 1 line signed a node, not 8), and it comes before any other line of node 0's
+    to that node: here the start, which the last node's hellos open."""
+    coord = Coordination(host="127.0.0.1", port=0, nodes=2, index=0, job=JOB, slots=3)
+    coordinator = Coordinator(coord, SECRET)  # its thread never runs: the test drives it
+    socks = []
+    try:
+        heard = {}
+        for node in (0, 1):
+            ours, theirs = socket.socketpair()
+            socks += [ours, theirs]
+            coordinator.port.take(ours, "127.0.0.1")
+            conn = next(c for c in coordinator.port.conns if c.sock is ours)
+            said = {"nonce": new_nonce(), "hellos": [_said(s) for s in range(3)]}
+            body = {"job": JOB, "node": node, "slot": 0, "type": "hellos", "peer": conn.nonce,
+                    "seq": 0, **said}  # fmt: skip
+            theirs.sendall(encode(SECRET, body))
+            coordinator.port.read(conn)
+            theirs.setblocking(False)
+            heard[node] = [decode(SECRET, JOB, line) for line in theirs.recv(1 << 16).splitlines()]
+        for node, lines in heard.items():
+            kinds = [line["type"] for line in lines]
+            assert kinds == ["challenge", "welcome"] + (["start"] if node == 1 else []), kinds
+            assert lines[1]["to"] == [0, 1, 2] and all("to" not in line for line in lines[2:])
+        assert coordinator.phase is JobPhase.RUNNING
+    finally:
+        for sock in socks:
+            sock.close()
+        coordinator.port.close()

@@ -67,8 +67,10 @@ def test_an_odd_peer_nonce_is_escaped_not_injected() -> None:
 @pytest.mark.parametrize(
     "peer", [new_nonce(), "ABCdef0123456789" * 2, None, "\u00e9" * 32, "a b" * 10]
 )
-@pytest.mark.parametrize("to", [None, 4])
-def test_every_kind_of_peer_signs_the_line_encode_would(peer: str | None, to: int | None) -> None:
+@pytest.mark.parametrize("to", [None, 4, [0, 2, 7]])  # (a list: a relay's slots' welcomes)
+def test_every_kind_of_peer_signs_the_line_encode_would(
+    peer: str | None, to: int | list[int] | None
+) -> None:
     """A nonce of ASCII letters and digits takes the short way (its head escaped by one
     replace); anything else (None, non-ASCII letters, a space) is escaped by json.dumps; both
     give the message protocol.encode gives."""

@@ -52,6 +52,11 @@ class Conn:
     via_hub: Conn | None = None
     via_at: float = 0.0
     children: set[Conn] = field(default_factory=set)
+    # A relay's slots' welcomes of one `hellos` line, held while its lines are read and sent as
+    # one line to them all (`to`: the slots) before any other line of node 0's to it; the
+    # welcome's template (marun.job.signing.Template; Any: signing stays off this module)
+    welcomes: list[int] = field(default_factory=list)
+    welcome_template: Any = None
 
 
 @dataclass(eq=False)

@@ -357,6 +357,9 @@ class Coordinator:
                 member = self.members.get(action.key)
                 if member is not None and isinstance(member.conn, Lane):
                     port.send_lane(member.conn, action.message)
+            elif isinstance(action, Bind):  # (second: each hello's, 32,768 at 4,096 x 8)
+                if isinstance(action.handle, Lane):
+                    port.bind(action.handle, action.key)
             elif isinstance(action, Broadcast):
                 # the part common to all is encoded once (marun.job.signing), and goes once per
                 # connection: a node's relay hands it to each of its slots node 0 welcomed
@@ -376,9 +379,7 @@ class Coordinator:
 
     def _apply_to_conn(self, action: Action) -> None:
         port = self.port
-        if isinstance(action, Bind) and isinstance(action.handle, Lane):
-            port.bind(action.handle, action.key)
-        elif isinstance(action, Drop) and isinstance(action.handle, Lane):
+        if isinstance(action, Drop) and isinstance(action.handle, Lane):
             port.drop_lane(action.handle)
         elif isinstance(action, Refuse) and isinstance(action.handle, Lane):
             port.refuse(action.handle.conn, action.why)

@@ -35,7 +35,8 @@ _MAC_HEX = 64  # HMAC-SHA256, in hex
 # connection per node: lanes (`to`), `gone`, `drop` and `beats`. 4 (part 23): hot spares' `place`.
 # 5 (part 24): a relay's slots' hellos in one `hellos` line. 6 (part 24): liveness hubs
 # (marun.plan.hubs): `hublink`, `groupbeats`. 7: `groupbeats` one entry a node (its slots'
-# figures in lists), not one a slot.
+# figures in lists), not one a slot; node 0's `to` a slot or a list of slots (a `hellos`
+# line's welcomes in one line).
 PROTOCOL = 7
 
 # What each message's fields must be, beyond job/node/slot/type/peer/seq (every other field is
@@ -166,6 +167,9 @@ def check_fields(kind: str, body: Mapping[str, Any]) -> None:
 
 
 def _typed(value: object, types: tuple[type, ...]) -> bool:
+    kind = type(value)
+    if (kind is str or kind is int) and kind in types:  # (most fields: one test, not three)
+        return True
     if isinstance(value, bool) and bool not in types:
         return False  # True is an int to Python, not to this protocol
     if isinstance(value, float) and not math.isfinite(value):

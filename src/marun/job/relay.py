@@ -260,17 +260,19 @@ class Relay(SlotsSide):
         if self.hub is not None:
             self.hub.heard_node0(time.monotonic())
         kind = body["type"]
-        target = None if to is None else self._by_slot.get(to)
-        if kind == "drop":
-            if target is not None:
-                self._close_local(target, tell=False)  # node 0 has let go of it already
-            return
-        if to is not None:
-            targets = [] if target is None else [target]
+        if to is not None:  # (a slot it no longer has: nobody)
+            targets = [side for side in map(self._by_slot.get, to) if side is not None]
+        elif kind == "drop":
+            return  # (a drop names its slot)
         else:
             targets = [s for s in self._by_slot.values() if s.welcomed]
-        if kind == "welcome" and target is not None:
-            target.welcomed = self._welcomed = True
+        if kind == "drop":
+            for side in targets:
+                self._close_local(side, tell=False)  # node 0 has let go of it already
+            return
+        if kind == "welcome" and to is not None:
+            for side in targets:
+                side.welcomed = self._welcomed = True
         template = Template(self._secret, body)
         for side in targets:
             self._send(side, template.line(side.peer_nonce, side.seq_out))

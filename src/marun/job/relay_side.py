@@ -214,16 +214,20 @@ def slot_refusal(coord: Coordination, hello: dict[str, Any], there: str | None) 
 
 def leader_line(
     secret: bytes, job: str, up: Side, line: bytes
-) -> tuple[dict[str, Any], int | None]:
+) -> tuple[dict[str, Any], list[int] | None]:
     """A line of node 0's on the node's connection `up`, checked (this job's, signed, the
-    connection's next), and the slot it is for (`to`; None: every slot node 0 welcomed);
-    ProtocolError for anything else."""
+    connection's next), and the slots it is for (`to`: one, or a list, as node 0 welcomes a
+    `hellos` line's slots in one line; None: every slot node 0 welcomed); ProtocolError for
+    anything else."""
     body = decode(secret, job, line)
     up.seq_in = fresh(body, up.nonce, up.seq_in)
     to = body.pop(TO, None)
-    if to is not None and (not isinstance(to, int) or isinstance(to, bool)):
-        raise ProtocolError(f"{TO!r} is not a slot")
-    return body, to
+    if to is None:
+        return body, None
+    slots = [to] if type(to) is int else to
+    if type(slots) is not list or not slots or any(type(slot) is not int for slot in slots):
+        raise ProtocolError(f"{TO!r} is not a slot or a list of slots")
+    return body, slots
 
 
 def listen_local(address: str, backlog: int) -> socket.socket:

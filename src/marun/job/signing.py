@@ -34,21 +34,23 @@ class Template:
         self._start = ('{"body":"' + json.dumps(self._common)[1:-1]).encode()
         self._mac = hmac.new(secret, self._common.encode(), digestmod=hashlib.sha256)
 
-    def line(self, peer: str | None, seq: int, to: int | None = None) -> bytes:
+    def line(self, peer: str | None, seq: int, to: int | list[int] | None = None) -> bytes:
+        """The line for a connection: its peer's nonce, its sequence number, and behind a relay
+        the slot it is for or (a relay's slots' welcomes, protocol 7) the slots."""
+        tail = ',"seq":' + str(int(seq))
+        if isinstance(to, int):
+            tail += ',"to":' + str(int(to))
+        elif to is not None:
+            tail += ',"to":[' + ",".join(str(int(slot)) for slot in to) + "]"
+        tail += "}"
         if peer is not None and peer.isascii() and peer.isalnum():
             # a member's nonce (hex): nothing in the tail JSON escapes but its quotes, so its
             # escaped form is one replace (json.dumps of the peer and of the tail cost as much
             # as the rest of a heartbeat's line)
-            tail = ',"peer":"' + peer + '","seq":' + str(int(seq))
-            if to is not None:
-                tail += ',"to":' + str(int(to))
-            tail += "}"
+            tail = ',"peer":"' + peer + '"' + tail
             escaped = tail.replace('"', '\\"')
         else:
-            tail = ',"peer":' + json.dumps(peer) + ',"seq":' + str(int(seq))
-            if to is not None:
-                tail += ',"to":' + str(int(to))
-            tail += "}"
+            tail = ',"peer":' + json.dumps(peer) + tail
             escaped = json.dumps(tail)[1:-1]
         mac = self._mac.copy()
         mac.update(tail.encode())

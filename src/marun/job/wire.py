@@ -2,14 +2,13 @@
 refusing and sending; what the lines mean is the job machine's (marun.job.machine). What one
 event costs does not grow with the job (docs/performance.md): connections are counted per
 source, the ones without a hello wait in a queue, lines out go through a buffer per connection
-that the selector drains, node 0's heartbeats come from a schedule (a heap by when each is
-due), not a pass over every member."""
+that the selector drains (marun.job.wire_out), node 0's heartbeats come from a schedule (a heap
+by when each is due), not a pass over every member."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import random
 import selectors
 import socket
 import time
@@ -22,7 +21,6 @@ from marun.job.conns import AllowedHosts, Conn, Lane, checked_line, has_bytes
 from marun.job.limits import (
     ACCEPTS_PER_WAKE,
     HELLO_WAIT,
-    OUTPUT_LIMIT,
     SLOW_READER,
     RefusalLog,
     Reserve,
@@ -45,10 +43,11 @@ from marun.job.protocol import (
 )
 from marun.job.relay_side import GroupBeat, SlotBeat
 from marun.job.signing import Template
+from marun.job.wire_out import SendSide
 from marun.plan.coordination import Coordination
 
 
-class JobPort:
+class JobPort(SendSide):
     """The connections of node 0's job port, used by the coordinator's thread only: `on_line`
     gets each line's decoded body and its lane, `on_closed` each lane that closed. In a job of
     several slots every connection is a node's relay's (marun.job.relay, `relayed`): a line names
@@ -170,6 +169,8 @@ class JobPort:
         try:
             self._read(conn)
         finally:
+            if conn.welcomes and conn in self.conns and not conn.closing:
+                self._held_welcomes(conn)  # (into the corked lines: one send)
             self._corked = None
             self._uncork(conn)
 
@@ -308,101 +309,7 @@ class JobPort:
         else:
             self.drop(conn)
 
-    # -- sending ----------------------------------------------------------------------------
-
-    def send_conn(
-        self,
-        conn: Conn,
-        message: LeaderMessage | Challenge,
-        *,
-        to: int | None = None,
-        nonce: str | None = None,
-    ) -> None:
-        """(`to`: the slot behind a relay; `nonce`: the challenge's)"""
-        if isinstance(message, Welcome):
-            # a relay's hellos are welcomed together, with one message (one clock)
-            if self._welcome is None or self._welcome[0] != message:
-                self._welcome = (message, self.template(message))
-            template = self._welcome[1]
-        else:
-            template = self.template(message, **({} if nonce is None else {"nonce": nonce}))
-        self.send_signed(conn, template, to)
-
-    def template(self, message: LeaderMessage | Challenge, **protocol: str | int) -> Template:
-        """A message as a line to sign for each connection (encoded once for many)."""
-        body = {"job": self.coord.job, "node": self.coord.leader, "slot": 0}
-        body.update(message.to_wire(), **protocol, type=message.KIND)
-        return Template(self._secret, body)
-
-    def send_signed(self, conn: Conn, template: Template, to: int | None = None) -> None:
-        """Sign a line for this connection (its nonce, its next sequence number) and hand it to
-        the socket; what the socket does not take now waits in `conn.out` for the selector.
-        Never waits: a member that reads nothing is dropped (OUTPUT_LIMIT, SLOW_READER), as a
-        slow reader was when sends blocked for up to 2 s."""
-        if conn not in self.conns or conn.closing:
-            return
-        line = template.line(conn.peer_nonce, conn.seq_out, to)
-        conn.seq_out += 1
-        now = time.monotonic()
-        conn.last_out = now
-        if conn is self._corked:  # replies to what it sent, in one send once it is read
-            conn.corked += line
-        else:
-            self._send_bytes(conn, line, now)
-        if not conn.beating and conn.member is not None and conn in self.conns:
-            self.beats.schedule(conn, now + random.uniform(0.0, self.hb_every))
-
-    def _uncork(self, conn: Conn) -> None:
-        if conn.corked and conn in self.conns:
-            data, conn.corked = bytes(conn.corked), bytearray()
-            self._send_bytes(conn, data, time.monotonic())
-
-    def _send_bytes(self, conn: Conn, line: bytes, now: float) -> None:
-        if conn.out:
-            conn.out += line
-            if len(conn.out) > OUTPUT_LIMIT:
-                self.refuse(conn, f"not reading: over {OUTPUT_LIMIT >> 20} MiB waiting for it")
-                self.drop(conn)
-            return
-        try:
-            sent = conn.sock.send(line)
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-        except OSError:
-            self.drop(conn)
-            return
-        if sent < len(line):
-            conn.out += line[sent:]
-            conn.stuck_since = now
-            self.stuck.add(conn)
-            self._interest(conn, selectors.EVENT_READ | selectors.EVENT_WRITE)
-
-    def flush(self, conn: Conn) -> None:
-        """The socket is writable: as much of the waiting output as it takes."""
-        try:
-            sent = conn.sock.send(conn.out)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            self.drop(conn)
-            return
-        if sent:
-            del conn.out[:sent]
-            conn.stuck_since = time.monotonic()
-        if conn.out:
-            return
-        conn.stuck_since = None
-        self.stuck.discard(conn)
-        if conn.closing:
-            self.drop(conn)
-        else:
-            self._interest(conn, selectors.EVENT_READ)
-
-    def _interest(self, conn: Conn, events: int) -> None:
-        try:
-            self.sel.modify(conn.sock, events, conn)
-        except KeyError:  # not registered (a test's connection): now it is
-            self.sel.register(conn.sock, events, conn)
+    # (sending: marun.job.wire_out's SendSide)
 
     # -- time -------------------------------------------------------------------------------
 
