@@ -231,6 +231,23 @@ def test_a_frozen_node_that_comes_back_is_counted_again_and_the_job_ends_with_ev
     assert isinstance(out[0], WriteReport) and _kinds(out) == ["done"] and m.job.exit_code == 0
 
 
+def test_a_hubs_word_does_not_count_a_lost_node_back_its_own_line_does() -> None:
+    """A hub frozen with a node's beats in its sockets hands them on when it thaws: old, so they
+    do not count the node back once node 0 found it lost (liveness hubs, marun.plan.hubs); the
+    node's own line does (whole-job interleavings, WholeJobWithHubs, found it)."""
+    m, t = _started(budget=1)
+    for node in (0, 2):
+        m.message(f"c{node}", (node, 0), "hb", None, t + 11, WALL)
+    assert _kinds(m.tick(t + 11, WALL)) == ["restart"]
+    assert m.job.members[(1, 0)].outcome == "lost"
+    out, heard = m.group_beats([((1, 0), 0.0, None, None)], t + 12, WALL)
+    assert heard == [] and m.job.members[(1, 0)].outcome == "lost"
+    assert not [a for a in out if isinstance(a, Log) and a.event == "node_back"]
+    out = m.message("c1", (1, 0), "hb", None, t + 12, WALL)
+    assert m.job.members[(1, 0)].outcome is None
+    assert [a.event for a in out if isinstance(a, Log)] == ["node_back"]
+
+
 def test_strangers_a_second_marun_and_another_version_are_turned_away() -> None:
     m, t = _started()
     assert isinstance(m.hello("x", "a", _hello(7), t, WALL)[0], TurnAway)  # not of this job

@@ -139,15 +139,18 @@ class JobMachine:
     ) -> tuple[list[Action], list[Handle]]:
         """A hub's heartbeats of its group's slots (marun.plan.hubs), each taken as its node's
         `beats` entry, on the lane the member holds; one it holds none of (closed, not welcomed
-        yet) is passed over. Also a lane heard of each node spoken for (one a node where its
-        entries come together, as a hub sends them): those nodes hear node 0 through the hub."""
+        yet) is passed over, and so is one found lost: a hub's word may be old (the hub was
+        frozen with the node's beats in its sockets, and hands them on when it thaws), so only
+        the node's own line counts it back. Also a lane heard of each node spoken for (one a
+        node where its entries come together, as a hub sends them): those nodes hear node 0
+        through the hub."""
         self._clock(now, wall)
         heard: list[Handle] = []
         lookup, heard_from, beat = self.job.members.lookup, self._heard_from, self._beat
         last = -1  # the node of the last lane in `heard`
         for key, idle, cpu, progress in beats:  # (one pass: 1,638 a second at 4,096 x 8)
             held = lookup(key)
-            if held is None or held.conn is None:
+            if held is None or held.conn is None or held.outcome == "lost":
                 continue
             handle = held.conn
             if heard_from(handle, key, held) is not None:
