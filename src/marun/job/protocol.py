@@ -71,7 +71,7 @@ FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "beats": {"beats": (list,)},
     "hellos": {"hellos": (list,), "nonce": (str,)},
     # liveness hubs (marun.plan.hubs): a node's relay's first line to its hub (up), and a hub's
-    # group's heartbeats in one line to node 0 (up): [node, slot, idle, cpu, progress]
+    # group's heartbeats in one line to node 0 (up): [node, idles, cpus, steps] a node
     "hublink": {"nonce": (str,), "version": (int,)},
     "groupbeats": {"nodes": (list,)},
     "hubbeat": {},  # (down) the hub is there; node 0's liveness comes as its `hb`

@@ -262,10 +262,8 @@ class Relay(SlotsSide):
         kind = body["type"]
         if to is not None:  # (a slot it no longer has: nobody)
             targets = [side for side in map(self._by_slot.get, to) if side is not None]
-        elif kind == "drop":
-            return  # (a drop names its slot)
-        else:
-            targets = [s for s in self._by_slot.values() if s.welcomed]
+        else:  # every slot node 0 welcomed (a drop always names its slot: none)
+            targets = [] if kind == "drop" else [s for s in self._by_slot.values() if s.welcomed]
         if kind == "drop":
             for side in targets:
                 self._close_local(side, tell=False)  # node 0 has let go of it already
