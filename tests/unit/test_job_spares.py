@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from marun.job.actions import Action, Announce, Broadcast, Send
+from marun.job.actions import Action, Announce, Broadcast, Log, Send
 from marun.job.machine import CLOSED_LOST, JobMachine
 from marun.job.messages import (
     Done,
@@ -249,6 +249,29 @@ def test_two_nodes_lost_with_one_spare_the_second_place_waits_for_its_node() -> 
     job.say(2, Stopped(1))
     assert job.sent(2, Place)[-1] == Place(2) and job.sent(2, Start)[-1].round == 1
     assert [s.round for s in job.sent(3, Start)] == [1]
+
+
+def _logged(job: Job, event: str) -> list[dict[str, Any]]:
+    return [a.fields for a in job.out if isinstance(a, Log) and a.event == event]
+
+
+def test_every_loss_is_in_the_events_the_second_during_the_round_too() -> None:
+    job = _started()
+    job.lose(1)
+    job.lose(2)  # during round 1's barrier: no round of its own, but a line
+    assert [(f["node"], f["slot"]) for f in _logged(job, "node_lost")] == [(1, 0), (2, 0)]
+    assert "connection closed without a goodbye" in _logged(job, "node_lost")[1]["why"]
+    assert [f["place"] for f in _logged(job, "spare_placed")] == [1]
+
+
+def test_two_places_found_lost_in_one_look_the_lowest_goes_to_the_spare() -> None:
+    job = _started()
+    job.machine.closed("c2", job.now)  # node 2's connection closed first
+    job.now += 0.001
+    job.machine.closed("c1", job.now)
+    job.tick(CLOSED_LOST + 0.5)  # both past CLOSED_LOST at this look
+    assert [f["place"] for f in _logged(job, "spare_placed")] == [1]
+    assert sorted(f["node"] for f in _logged(job, "node_lost")) == [1, 2]
 
 
 def test_with_no_spare_left_the_round_waits_and_fails_after_arrival_timeout() -> None:
