@@ -147,6 +147,8 @@ def test_a_hub_gone_sends_its_group_node_0s_heartbeat_at_once(coordinator: Coord
         (4, [[5, [0.0, None], [1.0, 2.0], None]], "of a slot that did not beat"),
         (4, [[5, [float("nan"), 0.0], None, None]], "not a number"),  # (json.loads takes NaN)
         (4, [[5, [True, 0.0], None, None]], "not a number"),
+        (4, [[5, [0.0, "1"], None, None]], "not a number"),  # (idles alone: the short check)
+        (4, [[5, [0.0, float("inf")], None, None]], "not a number"),
         (4, [[5, [0.0, 0.0], None, [None, 3]]], "not an object"),
         (4, [[5, 0, 0.0, None, None]], "not [node, idles, cpus, steps]"),  # protocol 6's
     ],

@@ -65,6 +65,25 @@ def test_the_longest_silent_come_first_and_the_walk_stops_at_the_first_heard_sin
     assert roster.unlinked == set()
 
 
+def test_members_heard_together_come_last_in_their_order_as_seen_one_by_one_would() -> None:
+    one, together = Roster(slots=2), Roster(slots=2)
+    keys = [(0, 0), (0, 1), (1, 0), (1, 1)]
+    for roster in (one, together):
+        for i, key in enumerate(keys):
+            roster[key] = _member(*key, seen=float(i))
+    heard = [(1, 1), (0, 0)]  # a hub's line: node 1 slot 1, then node 0 slot 0
+    for key in heard:
+        one.seen(key, one[key], 10.0, 20.0)
+    together.seen_all([(key, together[key]) for key in heard], 10.0, 20.0)
+    assert list(together._heard) == list(one._heard) == [(0, 1), (1, 0), (1, 1), (0, 0)]
+    for key in keys:
+        assert (together[key].last_seen, together[key].last_seen_wall) == (
+            one[key].last_seen,
+            one[key].last_seen_wall,
+        )
+    assert together.silent(now=15.5, limit=10.0) == [(0, 1), (1, 0)]
+
+
 def _hello(node: int, slot: int, instance: str) -> Hello:
     return Hello(
         node=node, slot=slot, instance=instance, host=f"h{node}", leader="", started=False,

@@ -143,21 +143,28 @@ class JobMachine:
         frozen with the node's beats in its sockets, and hands them on when it thaws), so only
         the node's own line counts it back. Also a lane heard of each node spoken for (one a
         node where its entries come together, as a hub sends them): those nodes hear node 0
-        through the hub."""
+        through the hub. (_heard_from written out: 13,107 slots a second at 4,096 x 8.)"""
         self._clock(now, wall)
+        job = self.job
         heard: list[Handle] = []
-        lookup, heard_from, beat = self.job.members.lookup, self._heard_from, self._beat
+        fresh: list[tuple[Key, MemberState]] = []  # heard now
+        lookup, bound, beat = job.members.lookup, job.bound.get, self._beat
         last = -1  # the node of the last lane in `heard`
-        for key, idle, cpu, progress in beats:  # (one pass: 1,638 a second at 4,096 x 8)
+        for key, idle, cpu, progress in beats:
             held = lookup(key)
-            if held is None or held.conn is None or held.outcome == "lost":
+            if held is None or held.outcome == "lost":
                 continue
             handle = held.conn
-            if heard_from(handle, key, held) is not None:
+            if handle is None or bound(handle) != key:
+                continue
+            fresh.append((key, held))
+            held.idle = idle
+            if cpu is not None or progress is not None:
                 beat(key, held, idle, cpu, progress)
-                if key[0] != last:
-                    last = key[0]
-                    heard.append(handle)
+            if key[0] != last:
+                last = key[0]
+                heard.append(handle)
+        job.members.seen_all(fresh, job.now, job.wall)
         return self._taken(), heard
 
     def _heard_from(

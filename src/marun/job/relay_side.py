@@ -309,6 +309,15 @@ def group_beats_of(value: object, nodes: range, slots: int) -> list[GroupBeat]:
                 type(items) is list and len(items) == slots
             ):
                 raise ValueError(f"groupbeats: {name} is not a list of one item per slot")
+        if cpus is None and steps is None:  # (most lines: idles alone, checked in one loop)
+            for slot, said in enumerate(idles):
+                if said is None:
+                    continue
+                kind = type(said)
+                if not (kind is int or (kind is float and math.isfinite(said))):
+                    raise ValueError("groupbeats: idle or cpu is not a number")
+                out.append(((node, slot), float(said) if said > 0 else 0.0, None, None))
+            continue
         for slot, said in enumerate(idles):
             cpu = None if cpus is None else cpus[slot]
             progress = None if steps is None else steps[slot]
