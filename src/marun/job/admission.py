@@ -240,26 +240,21 @@ def lost(job: JobState, member: MemberState, why: str = "") -> None:
     )
     if member.place is None and spares.on(job):
         job.log("spare_lost", "warning", node=member.node, host=member.host)  # no place: no round
-        _ended_lost(job, member, failure)
-        return
-    # Every loss in the events file, a second one during a round too (it makes no round of its
-    # own, and without this line nothing would say when node 0 found it).
-    job.log(
-        "node_lost",
-        "warning",
-        node=member.node,
-        slot=member.slot,
-        host=member.host,
-        why=failure.why,
-    )
-    if job.stopped is None and job.phase is not JobPhase.RESTARTING:
-        unrestarted = round_barrier.restart(job, LOST_EXIT, failure, None)
-        if unrestarted is not None:
-            job.stop(LOST_EXIT, unrestarted)
-    _ended_lost(job, member, failure)
-
-
-def _ended_lost(job: JobState, member: MemberState, failure: Failure) -> None:
+    else:
+        # Every loss in the events file, a second one during a round too (it makes no round of
+        # its own, and without this line nothing would say when node 0 found it).
+        job.log(
+            "node_lost",
+            "warning",
+            node=member.node,
+            slot=member.slot,
+            host=member.host,
+            why=failure.why,
+        )
+        if job.stopped is None and job.phase is not JobPhase.RESTARTING:
+            unrestarted = round_barrier.restart(job, LOST_EXIT, failure, None)
+            if unrestarted is not None:
+                job.stop(LOST_EXIT, unrestarted)
     # It ended when it was last heard of, not when node 0 noticed (node 0 may have been frozen
     # meanwhile).
     member.ended = member.gave_up_at or member.last_seen_wall or job.wall
