@@ -228,8 +228,8 @@ def test_a_hub_sends_one_entry_a_node_with_each_slots_last_heartbeat() -> None:
             [6, [None, 1.0], [None, 7.5], None],
         ]}]  # fmt: skip
         taken = group_beats_of(sent[0]["nodes"], range(5, 8), SLOTS)
-        assert taken == [((5, 0), 3.0, None, {"ranks": []}), ((5, 1), 0.0, None, None),
-                         ((6, 1), 1.0, 7.5, None)]  # fmt: skip
+        assert taken == [(5, [3.0, 0.0], None, [{"ranks": []}, None]),
+                         (6, [None, 1.0], [None, 7.5], None)]  # fmt: skip
         hub.tick(time.monotonic() + 2.0)
         assert len(sent) == 1  # nothing new: no line
     finally:
@@ -250,3 +250,21 @@ def test_a_hubs_entry_refreshes_the_slots_that_beat_and_takes_their_cpu(
     assert list(members[(5, 0)].cpu_history)[-1][1] == 4.5
     assert members[(5, 1)].last_seen == before[1] and len(members[(5, 1)].cpu_history) == 0
     assert five.conn.via_hub is hub.conn
+
+
+def test_a_groupbeats_line_is_taken_a_node_at_a_time_each_idle_a_float_at_least_0() -> None:
+    """Node 0 takes a hub's line a node at a time (no object a slot); an idle an integer or below
+    0 on the wire is the same float its node's own `beats` line would give it."""
+    from marun.job.relay_side import group_beats_of
+
+    taken = group_beats_of(
+        [[5, [1, -2.0, None, 0.5], None, None], [6, [0, None, 3, -1], [1, None, 2.5, 0], None]],
+        range(4, 8),
+        4,
+    )
+    assert taken == [
+        (5, [1.0, 0.0, None, 0.5], None, None),
+        (6, [0.0, None, 3.0, 0.0], [1.0, None, 2.5, 0.0], None),
+    ]
+    for _, idles, cpus, _ in taken:
+        assert all(type(v) is float for v in [*idles, *(cpus or [])] if v is not None)

@@ -240,7 +240,7 @@ def test_a_hubs_word_does_not_count_a_lost_node_back_its_own_line_does() -> None
         m.message(f"c{node}", (node, 0), "hb", None, t + 11, WALL)
     assert _kinds(m.tick(t + 11, WALL)) == ["restart"]
     assert m.job.members[(1, 0)].outcome == "lost"
-    out, heard = m.group_beats([((1, 0), 0.0, None, None)], t + 12, WALL)
+    out, heard = m.group_beats([(1, [0.0], None, None)], t + 12, WALL)
     assert heard == [] and m.job.members[(1, 0)].outcome == "lost"
     assert not [a for a in out if isinstance(a, Log) and a.event == "node_back"]
     out = m.message("c1", (1, 0), "hb", None, t + 12, WALL)

@@ -920,12 +920,14 @@ class WholeJobWithHubs(WholeJob):
         except ValueError as exc:
             raise AssertionError(f"node 0 refuses a hub's line: {exc}") from None
         members = self.job.job.members
-        lost = [key for key, *_ in entries if key in members and members[key].outcome == "lost"]
-        actions, lanes = self.job.group_beats(
-            [(key, idle, cpu, progress) for key, idle, cpu, progress in entries],
-            self.now,
-            WALL + self.now,
-        )
+        lost = [
+            (node, slot)
+            for node, idles, _, _ in entries
+            for slot, idle in enumerate(idles)
+            if idle is not None and members.get((node, slot)) is not None
+            and members[(node, slot)].outcome == "lost"
+        ]  # fmt: skip
+        actions, lanes = self.job.group_beats(entries, self.now, WALL + self.now)
         # A hub's word may be old (it was frozen with the beats in its sockets): only the node's
         # own line counts a lost node back.
         assert all(members[key].outcome == "lost" for key in lost), f"{lost} back by a hub"

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 from marun.job.messages import LeaderMessage
 
 Handle = Hashable
 Key = tuple[int, int]  # (node, slot)
+# a hub's heartbeats of a node (marun.plan.hubs): node, then one item a slot: idles (None: it did
+# not beat), cpus and progress (each None where no slot has one)
+NodeBeats = tuple[int, list[Optional[float]], Optional[list[Optional[float]]], Optional[list[Any]]]
 
 
 @dataclass(frozen=True)

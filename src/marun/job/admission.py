@@ -116,7 +116,10 @@ def _nodes_up(job: JobState) -> None:
 
 def _welcome(job: JobState, member: MemberState) -> None:
     """Tell a member where the job is; the last to arrive opens the barrier (RUNNING)."""
-    job.send(member, Welcome(job.instance, job.wall))
+    welcome = job.welcome
+    if welcome is None or welcome.wall != job.wall:
+        welcome = job.welcome = Welcome(job.instance, job.wall)
+    job.send(member, welcome)
     # (DONE: the job's exit code is set, marun.job.machine)
     if job.stopped is not None:
         job.send(member, job.stopped)

@@ -34,7 +34,6 @@ from marun.job.actions import (
     Bind,
     Broadcast,
     Drop,
-    Key,
     Log,
     Refuse,
     Send,
@@ -335,9 +334,12 @@ class Coordinator:
         for what its group's relays said, node 0 for whom it holds. Each node spoken for has node
         0's heartbeats through the hub from now on."""
         now, wall = time.monotonic(), time.time()
-        taken: list[tuple[Key, float, float | None, Any]] = beats  # (none has steps)
+        taken: list[tuple[int, list[float | None], list[float | None] | None, Any]] = beats
         if any(entry[3] is not None for entry in beats):  # (steps where ranks print them)
-            taken = [(key, i, c, None if p is None else progress_of(p)) for key, i, c, p in beats]
+            taken = [
+                (node, i, c, s if s is None else [p if p is None else progress_of(p) for p in s])
+                for node, i, c, s in beats
+            ]
         with self._lock:
             actions, lanes = self.machine.group_beats(taken, now, wall)
             for conn in {lane.conn for lane in lanes if isinstance(lane, Lane)}:

@@ -12,7 +12,7 @@ from typing import Any
 from marun.job.actions import Action, Broadcast, Key, Log, Send
 from marun.job.hang import HangJudge
 from marun.job.heartbeat import job_interval
-from marun.job.messages import Dump, LeaderMessage, StopJob
+from marun.job.messages import Dump, LeaderMessage, StopJob, Welcome
 from marun.job.phases import JOB_MOVES, JobPhase
 from marun.job.roster import MemberState, Roster
 from marun.plan.coordination import Coordination
@@ -51,6 +51,11 @@ class RoundRecord:
 
 
 class JobState:
+    # the last welcome made (admission._welcome): one object for the slots of a relay's `hellos`
+    # line (one clock), known to the port by identity (32,768 made and compared per slot were 5%
+    # of node 0's arrival at 4,096 x 8)
+    welcome: Welcome | None = None
+
     def __init__(
         self,
         coord: Coordination,

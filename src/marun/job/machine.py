@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from marun.exit_codes import LOST_EXIT
 from marun.job import admission, preflight_barrier, round_barrier, spares
-from marun.job.actions import Action, Announce, Handle, Key, Refuse, WriteReport
+from marun.job.actions import Action, Announce, Handle, Key, NodeBeats, Refuse, WriteReport
 from marun.job.hang_watch import watch_hang
 from marun.job.job_state import JobState
 from marun.job.messages import (
@@ -135,36 +135,37 @@ class JobMachine:
         return self._taken()
 
     def group_beats(
-        self, beats: list[tuple[Key, float, float | None, Any]], now: float, wall: float
+        self, beats: list[NodeBeats], now: float, wall: float
     ) -> tuple[list[Action], list[Handle]]:
-        """A hub's heartbeats of its group's slots (marun.plan.hubs), each taken as its node's
-        `beats` entry, on the lane the member holds; one it holds none of (closed, not welcomed
-        yet) is passed over, and so is one found lost: a hub's word may be old (the hub was
-        frozen with the node's beats in its sockets, and hands them on when it thaws), so only
-        the node's own line counts it back. Also a lane heard of each node spoken for (one a
-        node where its entries come together, as a hub sends them): those nodes hear node 0
-        through the hub. (_heard_from written out: 13,107 slots a second at 4,096 x 8.)"""
+        """A hub's heartbeats of its group's nodes (marun.plan.hubs), each slot's taken as its
+        node's `beats` entry, on the lane the member holds; one it holds none of (closed, not
+        welcomed yet) is passed over, and so is one found lost: a hub's word may be old (the hub
+        was frozen with the node's beats in its sockets, and hands them on when it thaws), so
+        only the node's own line counts it back. Also a lane heard of each node spoken for: those
+        nodes hear node 0 through the hub. (13,107 slots a second at 4,096 x 8: _heard_from and
+        Roster.seen written out, a node's members found once.)"""
         self._clock(now, wall)
         job = self.job
         heard: list[Handle] = []
-        fresh: list[tuple[Key, MemberState]] = []  # heard now
-        lookup, bound, beat = job.members.lookup, job.bound.get, self._beat
-        last = -1  # the node of the last lane in `heard`
-        for key, idle, cpu, progress in beats:
-            held = lookup(key)
-            if held is None or held.outcome == "lost":
-                continue
-            handle = held.conn
-            if handle is None or bound(handle) != key:
-                continue
-            fresh.append((key, held))
-            held.idle = idle
-            if cpu is not None or progress is not None:
-                beat(key, held, idle, cpu, progress)
-            if key[0] != last:
-                last = key[0]
-                heard.append(handle)
-        job.members.seen_all(fresh, job.now, job.wall)
+        members, bound, beat, now, wall = job.members, job.bound.get, self._beat, job.now, job.wall
+        row_of, due = members.row_of, members.due
+        for node, idles, cpus, progress in beats:
+            row, lane = row_of(node) or {}, None
+            for slot, idle in enumerate(idles):
+                held = row.get(slot)
+                if idle is None or held is None or held.outcome == "lost":
+                    continue
+                handle = held.conn
+                if handle is None or bound(handle) != (node, slot):
+                    continue
+                held.last_seen, held.last_seen_wall, held.idle, lane = now, wall, idle, handle
+                if cpus is not None or progress is not None:
+                    said = None if progress is None else progress[slot]
+                    beat((node, slot), held, idle, None if cpus is None else cpus[slot], said)
+            if lane is not None:
+                heard.append(lane)
+                if node not in due:
+                    members.watch(node, now)
         return self._taken(), heard
 
     def _heard_from(
@@ -358,7 +359,7 @@ class JobMachine:
 
     def _find_lost(self) -> None:
         """The members silent for peer_timeout, and those whose connection closed CLOSED_LOST
-        ago, are lost; found among the longest silent and the unlinked alone (marun.job.roster),
+        ago, are lost; found among the nodes due a look and the unlinked alone (marun.job.roster),
         and judged in the roster's order, as a walk of every member would."""
         job = self.job
         members, now = job.members, job.now

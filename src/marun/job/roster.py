@@ -3,9 +3,10 @@ costs the same at 8,192 members as at 3 (docs/performance.md, "The job's coordin
 scale"): how many of a node's slots are here and how many nodes are complete are counted as
 members come and go, not recomputed; the members whose connection closed are noted when it
 closes, so the barrier's check of who left looks at those alone, not at every member each tick;
-and the members are kept in the order of their last line (`seen`), so that the tick's search for
-silent ones looks at the silent alone (`silent`), not at 32,768 members every 2 s (15 ms a walk
-at 4,096 x 8, docs/performance.md).
+and each node is due for a look at silence at a time no later than its members' oldest line, so
+that the tick's search for silent ones looks at the nodes due alone (`silent`), not at 32,768
+members every 2 s (15 ms a walk at 4,096 x 8), and a member heard costs two attribute stores,
+not a move in an ordered dict (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import ItemsView, Iterator, KeysView, MutableMapping, ValuesView
 from dataclasses import dataclass, field, fields
+from heapq import heappop, heappush
 from typing import TypeVar
 
 from marun.job.actions import Handle, Key
@@ -113,49 +115,64 @@ class Roster(MutableMapping[Key, MemberState]):
         # Members whose connection closed after the start, until they reconnect or end: the
         # tick's CLOSED_LOST candidates (JobMachine._find_lost).
         self.unlinked: set[Key] = set()
-        # Every member's key in the order of its last line, the longest silent first (a dict
-        # as an ordered set: a line moves its key to the end).
-        self._heard: dict[Key, None] = {}
+        # node -> {slot: member}: a node's members, for silent()'s look at a node
+        self._rows: dict[int, dict[int, MemberState]] = {}
+        # Silence: each node with a member not ended is due (`due`) at a time no later than the
+        # last line of any of its members not ended, and sits in a heap by that time. A member
+        # heard needs nothing more (its last_seen only grows: 13,107 a second at 4,096 x 8, in
+        # a hub's lines); silent() looks at the nodes whose time is over the limit, finds the
+        # silent among their members, and puts each back at its members' oldest line: in steady
+        # state a node is looked at once a peer_timeout. (An entry whose time is not its node's
+        # `due` any more is old: passed over.)
+        self._due_heap: list[tuple[float, int]] = []
+        self.due: dict[int, float] = {}  # (read by machine.group_beats; changed here alone)
         # The dict's own get, for node 0's heartbeat entries (1,638 a second at 4,096 x 8: no
         # Python call each); reads only, like every read here.
         self.lookup = self._members.get
+        self.row_of = self._rows.get  # (node -> {slot: member}; the hubs' lines, the same)
 
     def seen(self, key: Key, member: MemberState, now: float, wall: float | None = None) -> None:
-        """`member` (at `key`) was heard at monotonic `now`: the only way last_seen changes,
-        so that the order of `_heard` is the order of last_seen (`now` never goes back)."""
+        """`member` (at `key`) was heard at monotonic `now` (`now` never goes back: last_seen
+        only grows, so its node's time in the heap stays no later than it)."""
         member.last_seen = now
         if wall is not None:
             member.last_seen_wall = wall
-        heard = self._heard
-        heard.pop(key, None)
-        heard[key] = None
+        if key[0] not in self.due:
+            self.watch(key[0], now)
 
-    def seen_all(self, heard_now: list[tuple[Key, MemberState]], now: float, wall: float) -> None:
-        """seen() for each of the members of `heard_now` (key, member), in its order, in one
-        call (a hub's line: 504 slots)."""
-        heard = self._heard
-        forget = heard.pop
-        for key, member in heard_now:
-            member.last_seen = now
-            member.last_seen_wall = wall
-            forget(key, None)
-            heard[key] = None
+    def watch(self, node: int, at: float) -> None:
+        """`node` is due for a look at silence at `at` (no later than its members' oldest line
+        not ended): for a node heard while not watched (new, or every member of it had ended)
+        or one given a member older than its time. A caller that sets a member's last_seen
+        itself (machine.group_beats) watches a node that `due` lacks."""
+        self.due[node] = at
+        heappush(self._due_heap, (at, node))
 
     def silent(self, now: float, limit: float) -> list[Key]:
         """The keys of the members not ended that were last heard over `limit` seconds before
-        `now`, in no particular order; it looks at those and at the ended (whose keys it lets
-        go of until they are heard again), and stops at the first member heard since."""
-        heard, members, out, gone = self._heard, self._members, [], []
-        for key in heard:  # (not copied: 32,768 keys; the ended are let go of after)
-            member = members.get(key)
-            if member is None or member.ended is not None:
-                gone.append(key)
-            elif now - member.last_seen <= limit:
-                break
+        `now`, in no particular order. It looks at the nodes due over `limit` ago alone, and
+        lets go of a node whose members have all ended, until one of them is heard again."""
+        heap, due, rows, out = self._due_heap, self.due, self._rows, []
+        again: list[tuple[float, int]] = []
+        while heap and now - heap[0][0] > limit:
+            at, node = heappop(heap)
+            if due.get(node) != at:
+                continue  # an old entry: the node is due at another time, or not watched
+            oldest: float | None = None
+            for slot, member in rows.get(node, {}).items():
+                if member.ended is not None:
+                    continue
+                heard = member.last_seen
+                if now - heard > limit:
+                    out.append((node, slot))
+                if oldest is None or heard < oldest:
+                    oldest = heard
+            if oldest is None:
+                del due[node]
             else:
-                out.append(key)
-        for key in gone:
-            del heard[key]
+                again.append((oldest, node))  # (after the loop: a silent one is due at once)
+        for at, node in again:
+            self.watch(node, at)
         return out
 
     def node_complete(self, node: int) -> bool:
@@ -171,15 +188,22 @@ class Roster(MutableMapping[Key, MemberState]):
         self.complete += (after == self.slots) - (before == self.slots)
 
     def __setitem__(self, key: Key, value: MemberState) -> None:
+        node = key[0]
         if key not in self._members:
-            self._count(key[0], 1)
+            self._count(node, 1)
         self._members[key] = value
-        self.seen(key, value, value.last_seen)  # (a member comes in with its first line)
+        self._rows.setdefault(node, {})[key[1]] = value
+        due = self.due.get(node)
+        if due is None or value.last_seen < due:  # (a member comes in with its first line)
+            self.watch(node, value.last_seen)
 
     def __delitem__(self, key: Key) -> None:
         del self._members[key]
         self._count(key[0], -1)
-        self._heard.pop(key, None)
+        row = self._rows[key[0]]
+        del row[key[1]]
+        if not row:
+            del self._rows[key[0]]  # (its heap entry is passed over when it comes up)
         self.unlinked.discard(key)
 
     # Reads go straight to the dict (the coordinator's tick walks the members).

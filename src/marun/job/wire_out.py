@@ -49,9 +49,10 @@ class SendSide:
         """(`to`: the slot behind a relay; `nonce`: the challenge's)"""
         if isinstance(message, Welcome):
             # a relay's hellos are welcomed together, with one message (one clock)
-            if self._welcome is None or self._welcome[0] != message:
-                self._welcome = (message, self.template(message))
-            template = self._welcome[1]
+            held = self._welcome
+            if held is None or (held[0] is not message and held[0] != message):
+                held = self._welcome = (message, self.template(message))
+            template = held[1]
             if to is not None and conn is self._corked:
                 # and in one line to all of them (protocol 7: `to` a list of slots), sent before
                 # any other line of node 0's to the node: 1 line signed a node, not 8
