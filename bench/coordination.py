@@ -48,6 +48,7 @@ import resource
 import select
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -221,21 +222,42 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # (Linux's; Python names it from 3.14)
+
+
+class StampedSocket(socket.socket):
+    """A light member's socket that keeps the kernel's wall-clock time of arrival of what it
+    read last (SO_TIMESTAMPNS): when a line reached the member, however long this process (one
+    of two that play 4,096 nodes on the bench's cores) took to get round to reading it. asyncio's
+    transport reads with recv(); the stop's fan-out is measured both ways."""
+
+    arrived = 0.0
+
+    def recv(self, size: int, flags: int = 0) -> bytes:
+        data, ancillary, _, _ = self.recvmsg(size, 64, flags)
+        for level, kind, raw in ancillary:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                sec, nsec = struct.unpack("qq", raw[:16])
+                self.arrived = sec + nsec / 1e9
+        return data
+
+
 async def connect(
     port: int, source: tuple[str, int]
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, StampedSocket]:
     """A connection from `source` to node 0, with no name resolution: open_connection(host,
     local_addr=...) resolves both addresses in asyncio's thread pool (6 threads here), and 8,191
     members queued 16,382 look-ups there, so their 2 s ran out before their connect began."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock = StampedSocket(socket.AF_INET, socket.SOCK_STREAM)
     try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         sock.setblocking(False)
         sock.bind(source)
         await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
     except BaseException:
         sock.close()
         raise
-    return await asyncio.open_connection(sock=sock)
+    return (*await asyncio.open_connection(sock=sock), sock)
 
 
 @dataclass
@@ -251,6 +273,11 @@ class Light:
     connected: float = 0.0  # monotonic: this member's last successful connect
     started: float = 0.0
     stopped: float = 0.0
+    # wall clock: the kernel's time node 0's challenge, its start and its stop reached the socket
+    challenge_arrived: float = 0.0
+    start_arrived: float = 0.0
+    stop_arrived: float = 0.0
+    sock: StampedSocket | None = None
     retries: int = 0
     instance: str = field(default_factory=new_nonce)  # one per (light) marun process
     leader: str = ""  # node 0's instance, from its welcome
@@ -276,7 +303,9 @@ class Light:
         source = (f"127.1.{self.node // 256}.{self.node % 256}", 0)
         while time.monotonic() < deadline:
             try:
-                reader, writer = await asyncio.wait_for(connect(port, source), CONNECT_WAIT)
+                reader, writer, self.sock = await asyncio.wait_for(
+                    connect(port, source), CONNECT_WAIT
+                )
             except (OSError, asyncio.TimeoutError) as exc:
                 self.retries += 1
                 WHY[f"connect: {type(exc).__name__}"] += 1
@@ -292,6 +321,7 @@ class Light:
                 await asyncio.sleep(RETRY)
                 continue
             self.connected = time.monotonic()
+            self.challenge_arrived = self.sock.arrived
             self.writer, self.peer, self.mine = writer, str(challenge["nonce"]), new_nonce()
             self.seq_in, self.seq_out = int(challenge["seq"]), 0
             self.hellos(source[0])
@@ -349,8 +379,10 @@ class Light:
                 self.leader = str(body.get("instance", ""))
             elif kind == "start" and not self.started:
                 self.started = time.monotonic()
+                self.start_arrived = self.sock.arrived if self.sock is not None else 0.0
             elif kind == "stop" and not self.stopped:
                 self.stopped = time.monotonic()
+                self.stop_arrived = self.sock.arrived if self.sock is not None else 0.0
                 self.done.set()
                 return
 
@@ -360,12 +392,14 @@ class Result:
     size: str
     members: int
     last_connect_to_started: float = float("nan")
+    at_sockets: float = float("nan")  # the same, each end the kernel's arrival time at a socket
     first_try_to_started: float = float("nan")
     retries: int = 0
     arrival_cpu: float = float("nan")
     members_cpu: float = float("nan")  # this process's (the light members') during arrival
     steady_share: float = float("nan")
     stop_fanout: float = float("nan")
+    stop_arrival: float = float("nan")  # the same to the kernel's arrival at the last socket
     stop_sent: float = float("nan")  # node 0's time in _stop (signing and handing over)
     rss: float = float("nan")
     member_share: float = float("nan")
@@ -473,6 +507,8 @@ async def _worker(pipe: Connection, lights: list[Light], port: int) -> None:
         "missing": len(lights) - len(started),
         "last_connect": max((m.connected for m in lights), default=0.0),
         "all_started": max((m.started for m in started), default=0.0),
+        "last_challenge_arrived": max((m.challenge_arrived for m in lights), default=0.0),
+        "last_start_arrived": max((m.start_arrived for m in started), default=0.0),
         "retries": sum(m.retries for m in lights),
         "cpu": time.process_time() - mine0,
         "why": dict(WHY),
@@ -488,7 +524,9 @@ async def _worker(pipe: Connection, lights: list[Light], port: int) -> None:
         others = [m for m in lights if m is not frozen]
     try:
         await asyncio.wait_for(asyncio.gather(*(m.done.wait() for m in others)), timeout=wait)
-        out = {"first": min(m.stopped for m in others), "last": max(m.stopped for m in others)}
+        out = {"first": min(m.stopped for m in others), "last": max(m.stopped for m in others),
+               "first_arrived": min(m.stop_arrived for m in others),
+               "last_arrived": max(m.stop_arrived for m in others)}  # fmt: skip
     except asyncio.TimeoutError:
         out = {"timeout": sum(1 for m in others if not m.stopped)}
     if frozen is not None:
@@ -594,6 +632,9 @@ def measure(
         res.last_connect_to_started = max(a["all_started"] for a in arrived) - max(
             a["last_connect"] for a in arrived
         )
+        res.at_sockets = max(a["last_start_arrived"] for a in arrived) - max(
+            a["last_challenge_arrived"] for a in arrived
+        )
         res.first_try_to_started = max(a["all_started"] for a in arrived) - t0
         everywhere = os.sched_getaffinity(0)
         apart = pin_steady and len(everywhere) >= 2
@@ -616,7 +657,7 @@ def measure(
         # Fail-fast: worker 0's first light member reports a rank's failure; node 0 sends `stop`
         # (--lost: one of its members goes silent and keeps its connection, a frozen marun).
         wait = peer_timeout + 60.0 if lost else max(30.0, limit / 4)
-        sent = time.monotonic()
+        sent, sent_wall = time.monotonic(), time.time()
         for k, (_, pipe) in enumerate(workers):
             pipe.send(("lost" if lost else "fail" if k == 0 else "wait", wait))
         stopped = [pipe.recv() for _, pipe in workers]
@@ -625,11 +666,14 @@ def measure(
             return res
         first = min(out["first"] for out in stopped)
         last = max(out["last"] for out in stopped)
+        last_arrived = max(out["last_arrived"] for out in stopped)
         if lost:
             res.detection = first - stopped[0]["frozen_last"]
             res.stop_fanout = last - first
+            res.stop_arrival = last_arrived - min(out["first_arrived"] for out in stopped)
         else:
             res.stop_fanout = last - sent
+            res.stop_arrival = last_arrived - sent_wall
         if select.select([node0.stdout], [], [], 5.0)[0]:
             line = node0.stdout.readline().split()
             if line[:1] == ["stop_sent"]:
@@ -756,9 +800,10 @@ def main() -> int:
         results.append(res)
         print(f"# {res.size} done{': ' + res.note if res.note else ''}", flush=True)
     base = results[0]
-    header = ("size", "members", "last connect -> all started", "first try -> all started",
+    header = ("size", "members", "last connect -> all started", "the same at the sockets",
+              "first try -> all started",
               "retries (per member)", "node 0 CPU arrival", "per member x", "node 0 steady",
-              "per member x", "stop to last", "node 0's stop", "node 0 RSS",
+              "per member x", "stop to last", "stop at last socket", "node 0's stop", "node 0 RSS",
               "real marun steady (each)",
               "light members' CPU arrival", "heartbeat every", "lost after",
               "node 0's event lines")  # fmt: skip
@@ -776,10 +821,12 @@ def main() -> int:
             else float("nan")
         )
         row = (r.size, str(r.members), f"{r.last_connect_to_started:.2f} s",
+               f"{r.at_sockets:.2f} s",
                f"{r.first_try_to_started:.2f} s", f"{r.retries} ({r.retries / r.members:.2f})",
                f"{r.arrival_cpu:.2f} s",
                f"{arr_x:.2f}", f"{100 * r.steady_share:.1f}% of a core", f"{st_x:.2f}",
-               f"{r.stop_fanout:.3f} s", f"{r.stop_sent:.3f} s", f"{r.rss:.0f} MiB",
+               f"{r.stop_fanout:.3f} s", f"{r.stop_arrival:.3f} s", f"{r.stop_sent:.3f} s",
+               f"{r.rss:.0f} MiB",
                f"{100 * r.member_share / r.real_members:.2f}% of a core",
                f"{r.members_cpu:.2f} s",
                f"{r.every:g} s",
