@@ -86,6 +86,20 @@ def test_a_node_looked_at_is_due_again_at_its_oldest_members_line() -> None:
     assert roster.due == {0: 5.0, 1: 7.0, 2: 7.0}
 
 
+def test_a_node_with_two_entries_of_one_time_is_looked_at_once() -> None:
+    """A member older than its node's time makes the node due earlier; the node's later entry
+    stays in the heap, and a look can put the node back at that same time: it is looked at once
+    a look all the same, and keeps one entry."""
+    roster = Roster(slots=2)
+    roster[(0, 0)] = _member(0, 0, seen=5.0)  # due at 5.0
+    roster[(0, 1)] = _member(0, 1, seen=3.0)  # due at 3.0; the entry at 5.0 is old
+    roster.seen((0, 1), roster[(0, 1)], 9.0)
+    assert roster.silent(now=13.5, limit=10.0) == []  # looked at (3.0): due at 5.0 again
+    assert roster.due == {0: 5.0}
+    assert roster.silent(now=15.5, limit=10.0) == [(0, 0)]  # once, not twice
+    assert sorted(roster._due_heap) == [(5.0, 0)]
+
+
 def test_silence_is_found_as_a_look_at_every_member_finds_it() -> None:
     """Random lines, arrivals, ends, departures and looks, beside a look at every member: the
     same members silent every time. (Every way a member is heard is here: seen(), and the

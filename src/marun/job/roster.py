@@ -158,6 +158,7 @@ class Roster(MutableMapping[Key, MemberState]):
             at, node = heappop(heap)
             if due.get(node) != at:
                 continue  # an old entry: the node is due at another time, or not watched
+            del due[node]  # (watched again below: a second entry of the same time is old now)
             oldest: float | None = None
             for slot, member in rows.get(node, {}).items():
                 if member.ended is not None:
@@ -167,9 +168,7 @@ class Roster(MutableMapping[Key, MemberState]):
                     out.append((node, slot))
                 if oldest is None or heard < oldest:
                     oldest = heard
-            if oldest is None:
-                del due[node]
-            else:
+            if oldest is not None:
                 again.append((oldest, node))  # (after the loop: a silent one is due at once)
         for at, node in again:
             self.watch(node, at)
