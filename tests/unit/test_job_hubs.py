@@ -258,13 +258,19 @@ def test_a_groupbeats_line_is_taken_a_node_at_a_time_each_idle_a_float_at_least_
     from marun.job.relay_side import group_beats_of
 
     taken = group_beats_of(
-        [[5, [1, -2.0, None, 0.5], None, None], [6, [0, None, 3, -1], [1, None, 2.5, 0], None]],
+        [
+            [5, [1, -2.0, None, 0.5], None, None],
+            [6, [0, None, 3, -1], [1, None, 2.5, 0], None],
+            [7, [-0.0, None, None, None], None, None],
+        ],
         range(4, 8),
         4,
     )
     assert taken == [
         (5, [1.0, 0.0, None, 0.5], None, None),
         (6, [0.0, None, 3.0, 0.0], [1.0, None, 2.5, 0.0], None),
+        (7, [0.0, None, None, None], None, None),
     ]
+    assert str(taken[2][1][0]) == "0.0"  # (not -0.0: the same as a node's own `beats` gives)
     for _, idles, cpus, _ in taken:
         assert all(type(v) is float for v in [*idles, *(cpus or [])] if v is not None)

@@ -123,8 +123,7 @@ def test_silence_is_found_as_a_look_at_every_member_finds_it() -> None:
                     held = roster.get((key[0], slot))
                     if held is not None and rng.random() < 0.8:
                         held.last_seen = now
-                if key[0] not in roster.due:
-                    roster.watch(key[0], now)
+                roster.node_heard(key[0], now)
             elif roll < 0.7:
                 member.ended = now
             elif roll < 0.75:

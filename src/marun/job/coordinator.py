@@ -35,6 +35,7 @@ from marun.job.actions import (
     Broadcast,
     Drop,
     Log,
+    NodeBeats,
     Refuse,
     Send,
     TurnAway,
@@ -47,7 +48,7 @@ from marun.job.machine import LOOK, EntryBeat, JobMachine
 from marun.job.messages import Hello, StopJob, member_message, progress_of
 from marun.job.phases import JobPhase
 from marun.job.protocol import new_nonce
-from marun.job.relay_side import GroupBeat, SlotBeat
+from marun.job.relay_side import SlotBeat
 from marun.job.roster import Roster
 from marun.job.wire import JobPort
 from marun.plan.coordination import Coordination
@@ -327,14 +328,14 @@ class Coordinator:
             if actions:
                 self._apply(actions)
 
-    def _group_beats(self, hub: Conn, beats: list[GroupBeat]) -> None:
+    def _group_beats(self, hub: Conn, beats: list[NodeBeats]) -> None:
         """A hub's `groupbeats` line (marun.plan.hubs): its group's slots' heartbeats, each taken
         as its node's own `beats` entry would be, on the member's own lane; a member without one
         (its connection closed, or not yet welcomed) is skipped, not refused: the hub vouches
         for what its group's relays said, node 0 for whom it holds. Each node spoken for has node
         0's heartbeats through the hub from now on."""
         now, wall = time.monotonic(), time.time()
-        taken: list[tuple[int, list[float | None], list[float | None] | None, Any]] = beats
+        taken = beats  # (steps: dicts on the wire, the machine's progress reports)
         if any(entry[3] is not None for entry in beats):  # (steps where ranks print them)
             taken = [
                 (node, i, c, s if s is None else [p if p is None else progress_of(p) for p in s])

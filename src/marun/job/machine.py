@@ -148,7 +148,7 @@ class JobMachine:
         job = self.job
         heard: list[Handle] = []
         members, bound, beat, now, wall = job.members, job.bound.get, self._beat, job.now, job.wall
-        row_of, due = members.row_of, members.due
+        row_of, node_heard = members.row_of, members.node_heard
         for node, idles, cpus, progress in beats:
             row, lane = row_of(node) or {}, None
             for slot, idle in enumerate(idles):
@@ -164,8 +164,7 @@ class JobMachine:
                     beat((node, slot), held, idle, None if cpus is None else cpus[slot], said)
             if lane is not None:
                 heard.append(lane)
-                if node not in due:
-                    members.watch(node, now)
+                node_heard(node, now)
         return self._taken(), heard
 
     def _heard_from(

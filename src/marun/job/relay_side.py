@@ -281,20 +281,17 @@ def beats_of(value: object, slots: int) -> list[SlotBeat]:
     return out
 
 
-# a node's heartbeats of a `groupbeats` line (marun.job.actions.NodeBeats; progress: the dicts)
-GroupBeat = NodeBeats
-
-
-def group_beats_of(value: object, nodes: range, slots: int) -> list[GroupBeat]:
+def group_beats_of(value: object, nodes: range, slots: int) -> list[NodeBeats]:
     """A hub's `groupbeats` line's heartbeats as (node, idles, cpus, steps), an idle at least 0
     and a float; ValueError for anything that is not one (node 0 refuses the line). The line
     holds one entry a node of the hub's group (`nodes`), each at most once: [node, idles, cpus,
     steps], each list one item a slot (idles: a number, or null where the slot did not beat;
     cpus and steps: null where no slot has one). A node's entry, not a slot's, on the wire (a
-    third of the JSON) and after (no object a slot: 13,107 slots a second at 4,096 x 8)."""
+    third of the JSON) and after (no object a slot: 13,107 slots a second at 4,096 x 8); the
+    steps as they came, dicts (marun.job.actions.NodeBeats)."""
     if type(value) is not list or len(value) > len(nodes):
         raise ValueError("groupbeats: not a list of at most one entry per node of the group")
-    out: list[GroupBeat] = []
+    out: list[NodeBeats] = []
     seen: set[int] = set()
     for entry in value:
         if type(entry) is not list or len(entry) != 4:
@@ -316,7 +313,7 @@ def group_beats_of(value: object, nodes: range, slots: int) -> list[GroupBeat]:
                 if kind is float:
                     if not math.isfinite(said):
                         raise ValueError("groupbeats: idle or cpu is not a number")
-                    if said < 0:
+                    if said <= 0:  # (-0.0 too: 0.0, as every other path makes it)
                         idles[slot] = 0.0
                 elif kind is int:
                     idles[slot] = float(said) if said > 0 else 0.0

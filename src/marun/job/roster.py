@@ -101,13 +101,12 @@ class MemberState:
 
 class Roster(MutableMapping[Key, MemberState]):
     """A dict of the members whose every change goes through __setitem__/__delitem__ (the
-    MutableMapping mixins included: pop, clear, update), so the per-node counts stay true
-    whoever changes it."""
+    MutableMapping mixins included: pop, clear, update), so the rows of each node's members (and
+    the count of nodes complete) stay true whoever changes it."""
 
     def __init__(self, slots: int) -> None:
         self.slots = slots
         self._members: dict[Key, MemberState] = {}
-        self._per_node: dict[int, int] = {}
         self.complete = 0  # nodes with every slot here
         # Members whose connection closed since arrival last looked (JobMachine.closed);
         # a set, so a member that reconnects and drops again is one entry, whatever the phase.
@@ -115,7 +114,7 @@ class Roster(MutableMapping[Key, MemberState]):
         # Members whose connection closed after the start, until they reconnect or end: the
         # tick's CLOSED_LOST candidates (JobMachine._find_lost).
         self.unlinked: set[Key] = set()
-        # node -> {slot: member}: a node's members, for silent()'s look at a node
+        # node -> {slot: member}: a node's members (how many are here; silent()'s look at a node)
         self._rows: dict[int, dict[int, MemberState]] = {}
         # Silence: each node with a member not ended is due (`due`) at a time no later than the
         # last line of any of its members not ended, and sits in a heap by that time. A member
@@ -125,7 +124,7 @@ class Roster(MutableMapping[Key, MemberState]):
         # state a node is looked at once a peer_timeout. (An entry whose time is not its node's
         # `due` any more is old: passed over.)
         self._due_heap: list[tuple[float, int]] = []
-        self.due: dict[int, float] = {}  # (read by machine.group_beats; changed here alone)
+        self.due: dict[int, float] = {}
         # The dict's own get, for node 0's heartbeat entries (1,638 a second at 4,096 x 8: no
         # Python call each); reads only, like every read here.
         self.lookup = self._members.get
@@ -137,14 +136,18 @@ class Roster(MutableMapping[Key, MemberState]):
         member.last_seen = now
         if wall is not None:
             member.last_seen_wall = wall
-        if key[0] not in self.due:
-            self.watch(key[0], now)
+        self.node_heard(key[0], now)
+
+    def node_heard(self, node: int, now: float) -> None:
+        """A member of `node` was heard at `now`: a node not watched (new, or every member of it
+        had ended) is watched from now. For a caller that sets its members' last_seen itself, a
+        node at a time (machine.group_beats)."""
+        if node not in self.due:
+            self.watch(node, now)
 
     def watch(self, node: int, at: float) -> None:
         """`node` is due for a look at silence at `at` (no later than its members' oldest line
-        not ended): for a node heard while not watched (new, or every member of it had ended)
-        or one given a member older than its time. A caller that sets a member's last_seen
-        itself (machine.group_beats) watches a node that `due` lacks."""
+        not ended)."""
         self.due[node] = at
         heappush(self._due_heap, (at, node))
 
@@ -175,32 +178,28 @@ class Roster(MutableMapping[Key, MemberState]):
         return out
 
     def node_complete(self, node: int) -> bool:
-        return self._per_node.get(node, 0) == self.slots
+        return len(self._rows.get(node, ())) == self.slots
 
-    def _count(self, node: int, step: int) -> None:
-        before = self._per_node.get(node, 0)
-        after = before + step
-        if after:
-            self._per_node[node] = after
-        else:
-            self._per_node.pop(node, None)
+    def _counted(self, before: int, after: int) -> None:
+        """A node's members went from `before` to `after`: the count of nodes complete."""
         self.complete += (after == self.slots) - (before == self.slots)
 
     def __setitem__(self, key: Key, value: MemberState) -> None:
         node = key[0]
-        if key not in self._members:
-            self._count(node, 1)
+        row = self._rows.setdefault(node, {})
+        before = len(row)
         self._members[key] = value
-        self._rows.setdefault(node, {})[key[1]] = value
+        row[key[1]] = value
+        self._counted(before, len(row))
         due = self.due.get(node)
         if due is None or value.last_seen < due:  # (a member comes in with its first line)
             self.watch(node, value.last_seen)
 
     def __delitem__(self, key: Key) -> None:
         del self._members[key]
-        self._count(key[0], -1)
         row = self._rows[key[0]]
         del row[key[1]]
+        self._counted(len(row) + 1, len(row))
         if not row:
             del self._rows[key[0]]  # (its heap entry is passed over when it comes up)
         self.unlinked.discard(key)

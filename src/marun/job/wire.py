@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from marun.job.actions import NodeBeats
 from marun.job.beat_schedule import TICK, BeatSchedule
 from marun.job.conns import AllowedHosts, Conn, Lane, checked_line, has_bytes
 from marun.job.limits import (
@@ -41,7 +42,7 @@ from marun.job.protocol import (
     PROTOCOL,
     ProtocolError,
 )
-from marun.job.relay_side import GroupBeat, SlotBeat
+from marun.job.relay_side import SlotBeat
 from marun.job.signing import Template
 from marun.job.wire_out import SendSide
 from marun.plan.coordination import Coordination
@@ -65,7 +66,7 @@ class JobPort(SendSide):
         on_closed: Callable[[Lane], None],
         on_beats: Callable[[Conn, int, list[SlotBeat]], None],
         on_hellos: Callable[[list[tuple[Lane, dict[str, Any]]]], None],
-        on_group_beats: Callable[[Conn, list[GroupBeat]], None],
+        on_group_beats: Callable[[Conn, list[NodeBeats]], None],
     ) -> None:
         self.coord = coord
         self._secret = secret
