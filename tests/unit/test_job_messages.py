@@ -106,3 +106,36 @@ def test_the_reports_inside_messages_come_back_whole() -> None:
 def test_the_challenge_carries_node_0_s_instance_and_version() -> None:
     body = _through_the_wire(Challenge("inst", PROTOCOL), nonce="n" * 32)
     assert (body["type"], body["instance"], body["version"]) == ("challenge", "inst", PROTOCOL)
+
+
+@pytest.mark.parametrize(
+    ("kind", "field", "value", "taken"),
+    [
+        ("hello", "started", True, True),
+        ("hello", "started", 1, False),  # an int is no bool
+        ("hello", "version", True, False),  # and a bool no int
+        ("hello", "version", 7, True),
+        ("hello", "host", "h", True),
+        ("hello", "host", None, False),
+        ("hb", "idle", 0.5, True),
+        ("hb", "idle", 3, True),
+        ("hb", "idle", float("nan"), False),
+        ("hb", "idle", float("inf"), False),
+        ("hb", "idle", False, False),
+        ("hb", "progress", {}, True),
+        ("stop", "failure", None, True),
+        ("stop", "failure", [], False),
+        ("welcome", "wall", "1", False),
+    ],
+)
+def test_a_field_is_taken_only_with_its_own_type(
+    kind: str, field: str, value: Any, taken: bool
+) -> None:
+    """protocol.check_fields: a bool is not an int, nor an int a bool; a number is finite."""
+    from marun.job.protocol import ProtocolError, check_fields
+
+    if taken:
+        check_fields(kind, {field: value})
+    else:
+        with pytest.raises(ProtocolError, match=field):
+            check_fields(kind, {field: value})

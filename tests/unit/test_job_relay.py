@@ -19,6 +19,7 @@ from marun.job import machine
 from marun.job.coordinator import Coordinator
 from marun.job.member import Member
 from marun.job.member_machine import MemberMachine, Push
+from marun.job.messages import member_message
 from marun.job.phases import JobPhase, MemberPhase
 from marun.job.protocol import PROTOCOL, LineBuffer, ProtocolError, decode, encode, new_nonce
 from marun.job.relay import Relay
@@ -213,7 +214,8 @@ def test_node_0_reads_a_hellos_line_only_when_it_is_one() -> None:
     line = {"job": JOB, "node": 1, "slot": 0, "type": "hellos", "nonce": nonce}
     got = hellos_of({**line, "hellos": [_said(0), _said(2)]}, 3)
     assert got == [
-        {**_said(s), "job": JOB, "node": 1, "nonce": nonce, "type": "hello"} for s in (0, 2)
+        member_message({**_said(s), "job": JOB, "node": 1, "nonce": nonce, "type": "hello"})
+        for s in (0, 2)
     ]
     for bad in (
         {"x": 1},
@@ -224,6 +226,8 @@ def test_node_0_reads_a_hellos_line_only_when_it_is_one() -> None:
         [_said(True)],  # (a bool is not a slot)
         [_said(0, started="yes")],
         [_said(0, version=1.5)],
+        [_said(0, host=7)],
+        [_said(0, nonce=7)],  # (a relay's entry says none; one that does is checked)
         [[0, "h"]],
     ):
         with pytest.raises(ProtocolError):

@@ -78,3 +78,16 @@ def test_every_kind_of_peer_signs_the_line_encode_would(
     got = decode(SECRET, body["job"], Template(SECRET, body).line(peer, 5, to))
     extra = {"peer": peer, "seq": 5} if to is None else {"peer": peer, "seq": 5, "to": to}
     assert got == decode(SECRET, body["job"], encode(SECRET, {**body, **extra}))
+
+
+@pytest.mark.parametrize("nonce", [new_nonce(), '\u00e9"x'])
+def test_a_template_line_with_its_own_nonce_is_encodes_message_with_it(nonce: str) -> None:
+    """Node 0's challenges: one template for every connection's, each line with its own nonce;
+    a template whose body has a nonce takes no second one."""
+    body = {"job": "j", "node": 0, "slot": 0, "type": "challenge", "instance": "i", "version": 7}
+    got = decode(SECRET, "j", Template(SECRET, body).line(None, 0, nonce=nonce))
+    assert got == decode(
+        SECRET, "j", encode(SECRET, {**body, "peer": None, "seq": 0, "nonce": nonce})
+    )
+    with pytest.raises(ValueError, match="a nonce"):
+        Template(SECRET, {**body, "nonce": nonce}).line(None, 0, nonce=nonce)

@@ -116,9 +116,11 @@ def _nodes_up(job: JobState) -> None:
 
 def _welcome(job: JobState, member: MemberState) -> None:
     """Tell a member where the job is; the last to arrive opens the barrier (RUNNING)."""
-    welcome = job.welcome
-    if welcome is None or welcome.wall != job.wall:
-        welcome = job.welcome = Welcome(job.instance, job.wall)
+    # One object for the hellos of a millisecond (the clock on the wire is to the millisecond):
+    # the port encodes and keys an HMAC for each new one (marun.job.wire_out)
+    welcome, wall = job.welcome, round(job.wall, 3)
+    if welcome is None or welcome.wall != wall:
+        welcome = job.welcome = Welcome(job.instance, wall)
     job.send(member, welcome)
     # (DONE: the job's exit code is set, marun.job.machine)
     if job.stopped is not None:

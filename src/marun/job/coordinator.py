@@ -28,6 +28,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from marun.job import collector
 from marun.job.actions import (
     Action,
     Announce,
@@ -44,7 +45,7 @@ from marun.job.actions import (
 from marun.job.beat_schedule import TICK
 from marun.job.conns import Conn, Lane
 from marun.job.job_state import RoundRecord
-from marun.job.machine import LOOK, EntryBeat, JobMachine
+from marun.job.machine import LOOK, EntryBeat, JobMachine, SaidHello
 from marun.job.messages import Hello, StopJob, member_message, progress_of
 from marun.job.phases import JobPhase
 from marun.job.protocol import new_nonce
@@ -120,6 +121,8 @@ class Coordinator:
         self._close_requested = threading.Event()
         self._linger = 2.0
         self._paced = self.expected > PACED_FROM
+        # A large job's arrival: Python's collector less often meanwhile (marun.job.collector)
+        self._arriving = False
         self._thread = threading.Thread(target=self._loop, name="marun-coordinator", daemon=True)
 
     # -- what the machine knows, read by link.py, job.json and the tests ----------------------
@@ -190,6 +193,9 @@ class Coordinator:
 
     def _loop(self) -> None:
         closing_since: float | None = None
+        if self._paced and self.phase is JobPhase.GATHERING:
+            self._arriving = True
+            collector.arrival_begins()
         try:
             while True:
                 events = self.port.sel.select(TICK)
@@ -221,8 +227,16 @@ class Coordinator:
                         break
                 elif events:
                     self._pace(turn)
+                if self._arriving and self.phase is not JobPhase.GATHERING:
+                    self._arrived()
         finally:
+            self._arrived()
             self.port.close()
+
+    def _arrived(self) -> None:
+        if self._arriving:
+            self._arriving = False
+            collector.arrival_ends()
 
     def _pace(self, turn: float) -> None:
         """A large job's steady state (RUNNING: every member started, no round under way): the
@@ -297,16 +311,15 @@ class Coordinator:
                 actions = self.machine.message(lane, key, str(body["type"]), msg, now, wall)
             self._apply(actions)
 
-    def _hellos(self, hellos: list[tuple[Lane, dict[str, Any]]]) -> None:
-        """A relay's `hellos` line: its slots' hellos, taken at one time (their welcomes are one
-        message, encoded once: marun.job.wire)."""
+    def _hellos(self, hellos: list[tuple[Lane, Hello]]) -> None:
+        """A relay's `hellos` line: its slots' hellos, taken at one time in one call of the
+        machine (their welcomes are one message, encoded once: marun.job.wire). Their node's
+        connection is being read: what node 0 says on it waits until the line is read (corked),
+        so nothing a hello does drops it before the next is taken."""
         now, wall = time.monotonic(), time.time()
+        said: list[SaidHello] = [(lane, lane.address, msg) for lane, msg in hellos]
         with self._lock:
-            for lane, body in hellos:
-                msg = member_message(body)
-                if lane.conn not in self.port.conns or not isinstance(msg, Hello):
-                    return  # (dropped by the hello before)
-                self._apply(self.machine.hello(lane, lane.address, msg, now, wall))
+            self._apply(self.machine.hellos(said, now, wall))
 
     def _beats(self, conn: Conn, node: int, beats: list[SlotBeat]) -> None:
         """A relay's `beats` line: each slot's heartbeat, in one call of the machine under one

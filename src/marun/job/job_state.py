@@ -51,9 +51,9 @@ class RoundRecord:
 
 
 class JobState:
-    # the last welcome made (admission._welcome): one object for the slots of a relay's `hellos`
-    # line (one clock), known to the port by identity (32,768 made and compared per slot were 5%
-    # of node 0's arrival at 4,096 x 8)
+    # the last welcome made (admission._welcome): one object for the hellos of a millisecond
+    # (a relay's `hellos` line's slots, and the nodes read in it), known to the port by identity
+    # (32,768 made and compared per slot were 5% of node 0's arrival at 4,096 x 8)
     welcome: Welcome | None = None
 
     def __init__(

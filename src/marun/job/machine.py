@@ -3,7 +3,6 @@ tick, node 0's own stall) with the time passed in, it changes the job's state
 (marun.job.job_state) and returns what the shell must do (marun.job.actions). No sockets,
 threads, clocks or processes: marun.job.coordinator carries the bytes, the tests drive it with a
 fake network and clock (tests/unit/test_job_machine_scenarios.py, test_job_interleavings.py).
-
 Its phases and their allowed moves: marun.job.phases.JOB_MOVES. Arrival and lost nodes:
 marun.job.admission; restart rounds: marun.job.round_barrier.
 """
@@ -53,6 +52,7 @@ LATE_WAIT = 3.0  # after a stop, how long a node not (or no longer) present is w
 # One entry of a relay's `beats` line as the machine takes it: the lane it came on, the member it
 # speaks for, and that member's heartbeat (idle >= 0, cpu, progress: a NodeReport or None).
 EntryBeat = tuple[Handle, Key, float, Optional[float], Any]
+SaidHello = tuple[Handle, str, Hello]  # a hello: the handle it came on, that one's address
 
 
 class JobMachine:
@@ -84,8 +84,13 @@ class JobMachine:
     def hello(
         self, handle: Handle, address: str, msg: Hello, now: float, wall: float
     ) -> list[Action]:
+        return self.hellos([(handle, address, msg)], now, wall)
+
+    def hellos(self, said: list[SaidHello], now: float, wall: float) -> list[Action]:
+        """Hellos taken at one time (a relay's `hellos` line's), each as its slot's own hello."""
         self._clock(now, wall)
-        admission.hello(self.job, handle, address, msg)
+        for handle, address, msg in said:
+            admission.hello(self.job, handle, address, msg)
         return self._taken()
 
     def message(
@@ -252,9 +257,8 @@ class JobMachine:
             f"starved): the other nodes went {unheard:.1f}s without a word of it, past "
             f"peer_timeout {coord.peer_timeout:g}s or too near it, and gave up on it"
         )
-        job.stop(
-            LOST_EXIT, Failure(node=coord.leader, host=coord.host, exit_code=LOST_EXIT, why=why)
-        )
+        failure = Failure(node=coord.leader, host=coord.host, exit_code=LOST_EXIT, why=why)
+        job.stop(LOST_EXIT, failure)
         if unheard >= coord.peer_timeout:  # they have given up; nearer, they hear the stop
             gave_up = wall - unheard + coord.peer_timeout
             for member in job.members.values():
@@ -273,11 +277,8 @@ class JobMachine:
             preflight_barrier.on_report(job, key, msg.report)
         else:
             preflight_barrier.on_link(job, key, msg.link)
-        if (
-            job.phase is JobPhase.GATHERING
-            and job.preflight != "off"
-            and admission.all_present(job)
-        ):
+        gathering = job.phase is JobPhase.GATHERING
+        if gathering and job.preflight != "off" and admission.all_present(job):
             admission.open_barrier(job)
 
     def _end(self, key: Key, msg: End) -> None:

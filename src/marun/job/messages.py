@@ -163,21 +163,27 @@ def beat_of(idle: float, cpu: float | None, progress: object = None) -> Beat:
     return Beat(max(0.0, idle), cpu, None if progress is None else progress_of(progress))
 
 
+def hello_of(node: int, slot: int, said: Mapping[str, Any]) -> Hello:
+    """A `hello` line's hello (or a `hellos` line's entry's), its fields typed already
+    (protocol.check_fields)."""
+    return Hello(
+        node=node,
+        slot=slot,
+        instance=str(said.get("instance", "")),
+        host=str(said.get("host", "?"))[:200],
+        leader=str(said.get("leader", "")),
+        started=said.get("started") is True,
+        daemons_only=said.get("daemons_only") is True,
+        version=int(said.get("version", 1)),
+    )
+
+
 def member_message(body: Mapping[str, Any]) -> MemberMessage | None:
     """The typed message of a decoded body (None: a type a member does not send; ValueError:
     a preflight report or link that is not one)."""
     kind = body["type"]
     if kind == "hello":
-        return Hello(
-            node=int(body["node"]),
-            slot=int(body["slot"]),
-            instance=str(body.get("instance", "")),
-            host=str(body.get("host", "?"))[:200],
-            leader=str(body.get("leader", "")),
-            started=body.get("started") is True,
-            daemons_only=body.get("daemons_only") is True,
-            version=int(body.get("version", 1)),
-        )
+        return hello_of(int(body["node"]), int(body["slot"]), body)
     if kind == "hb":
         cpu = body.get("cpu")
         idle = float(body.get("idle", 0.0))

@@ -25,6 +25,7 @@ _COMPACT = (",", ":")
 class Template:
     def __init__(self, secret: bytes, body: Mapping[str, Any]) -> None:
         common = {k: v for k, v in body.items() if k not in ("peer", "seq", "to")}
+        self._has_nonce = "nonce" in common
         text = json.dumps(common, separators=_COMPACT, sort_keys=True)
         # text is '{...}' with at least job/node/slot/type: each line is it without its closing
         # brace, then the connection's fields. What comes first is the same on every line, so
@@ -34,10 +35,23 @@ class Template:
         self._start = ('{"body":"' + json.dumps(self._common)[1:-1]).encode()
         self._mac = hmac.new(secret, self._common.encode(), digestmod=hashlib.sha256)
 
-    def line(self, peer: str | None, seq: int, to: int | list[int] | None = None) -> bytes:
-        """The line for a connection: its peer's nonce, its sequence number, and behind a relay
-        the slot it is for or (a relay's slots' welcomes, protocol 7) the slots."""
+    def line(
+        self,
+        peer: str | None,
+        seq: int,
+        to: int | list[int] | None = None,
+        nonce: str | None = None,
+    ) -> bytes:
+        """The line for a connection: its peer's nonce, its sequence number, behind a relay the
+        slot it is for or (a relay's slots' welcomes, protocol 7) the slots, and a challenge's
+        nonce (node 0's for the connection: protocol.new_nonce's hex, else JSON-escaped)."""
         tail = ',"seq":' + str(int(seq))
+        if nonce is not None:
+            # (node 0's challenges: one template for every connection's, 4,096 at 4,096 x 8,
+            # where each was a JSON encoding and an HMAC key schedule)
+            if self._has_nonce:
+                raise ValueError("a nonce for a line whose template has one")
+            tail += ',"nonce":' + json.dumps(nonce)
         if isinstance(to, int):
             tail += ',"to":' + str(int(to))
         elif to is not None:

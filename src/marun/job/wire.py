@@ -32,6 +32,7 @@ from marun.job.limits import (
 from marun.job.messages import (
     Challenge,
     DropLane,
+    Hello,
     LeaderBeat,
     LeaderMessage,
     Refused,
@@ -65,7 +66,7 @@ class JobPort(SendSide):
         on_line: Callable[[Lane, dict[str, Any]], None],
         on_closed: Callable[[Lane], None],
         on_beats: Callable[[Conn, int, list[SlotBeat]], None],
-        on_hellos: Callable[[list[tuple[Lane, dict[str, Any]]]], None],
+        on_hellos: Callable[[list[tuple[Lane, Hello]]], None],
         on_group_beats: Callable[[Conn, list[NodeBeats]], None],
     ) -> None:
         self.coord = coord
@@ -95,6 +96,7 @@ class JobPort(SendSide):
         self._hb_line = self.template(LeaderBeat())
         self.beats = BeatSchedule(hb_every, self._live, self._heartbeat)
         self._welcome: tuple[Welcome, Template] | None = None  # the last welcome's template
+        self._challenge: tuple[Challenge, Template] | None = None  # every challenge's
         self._address_allowed = AllowedHosts(coord.hosts)
 
     @property
@@ -204,7 +206,7 @@ class JobPort(SendSide):
             if kind == "gone":
                 self._gone(conn, body["slot"])
             elif kind == "hellos":
-                self._on_hellos([(self.lane(conn, hello["slot"]), hello) for hello in entries])
+                self._on_hellos([(self.lane(conn, hello.slot), hello) for hello in entries])
             elif kind == "beats":
                 if conn.via_hub is not None:  # its hub is gone for it: node 0's go direct
                     self.beats.direct(conn, time.monotonic())

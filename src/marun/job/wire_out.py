@@ -31,6 +31,7 @@ class SendSide:
     hb_every: float
     _corked: Conn | None
     _welcome: tuple[Welcome, Template] | None
+    _challenge: tuple[Challenge, Template] | None
 
     def refuse(self, conn: Conn, why: str) -> None:
         raise NotImplementedError
@@ -46,7 +47,7 @@ class SendSide:
         to: int | None = None,
         nonce: str | None = None,
     ) -> None:
-        """(`to`: the slot behind a relay; `nonce`: the challenge's)"""
+        """(`to`: the slot behind a relay; `nonce`: the line's own, a challenge's)"""
         if isinstance(message, Welcome):
             # a relay's hellos are welcomed together, with one message (one clock)
             held = self._welcome
@@ -61,9 +62,17 @@ class SendSide:
                 conn.welcome_template = template
                 conn.welcomes.append(to)
                 return
+        elif isinstance(message, Challenge):
+            # one template for every connection's challenge (the same instance and version),
+            # its nonce the line's own (marun.job.signing)
+            held_challenge = self._challenge
+            if held_challenge is None or held_challenge[0] != message:
+                held_challenge = self._challenge = (message, self.template(message))
+            self.send_signed(conn, held_challenge[1], to, nonce)
+            return
         else:
-            template = self.template(message, **({} if nonce is None else {"nonce": nonce}))
-        self.send_signed(conn, template, to)
+            template = self.template(message)
+        self.send_signed(conn, template, to, nonce)
 
     def template(self, message: LeaderMessage | Challenge, **protocol: str | int) -> Template:
         """A message as a line to sign for each connection (encoded once for many)."""
@@ -71,7 +80,9 @@ class SendSide:
         body.update(message.to_wire(), **protocol, type=message.KIND)
         return Template(self._secret, body)
 
-    def send_signed(self, conn: Conn, template: Template, to: int | None = None) -> None:
+    def send_signed(
+        self, conn: Conn, template: Template, to: int | None = None, nonce: str | None = None
+    ) -> None:
         """Sign a line for this connection (its nonce, its next sequence number) and hand it to
         the socket; what the socket does not take now waits in `conn.out` for the selector.
         Never waits: a member that reads nothing is dropped (OUTPUT_LIMIT, SLOW_READER), as a
@@ -80,7 +91,7 @@ class SendSide:
             return
         if conn.welcomes:
             self._held_welcomes(conn)
-        self._sign(conn, template, to)
+        self._sign(conn, template, to, nonce)
 
     def _held_welcomes(self, conn: Conn) -> None:
         """The welcomes held for a relay's slots (send_conn), in one line to them all."""
@@ -89,8 +100,14 @@ class SendSide:
         if slots and template is not None:
             self._sign(conn, template, slots if len(slots) > 1 else slots[0])
 
-    def _sign(self, conn: Conn, template: Template, to: int | list[int] | None) -> None:
-        line = template.line(conn.peer_nonce, conn.seq_out, to)
+    def _sign(
+        self,
+        conn: Conn,
+        template: Template,
+        to: int | list[int] | None,
+        nonce: str | None = None,
+    ) -> None:
+        line = template.line(conn.peer_nonce, conn.seq_out, to, nonce)
         conn.seq_out += 1
         now = time.monotonic()
         conn.last_out = now
