@@ -98,8 +98,8 @@ _STRUCTLOG_KEYS = ("stack", "exception", "exc_info", "logger", "logger_name")
 
 
 def _value(value: Any) -> str:
-    if type(value) is str:
-        return repr(value) if _QUOTED.intersection(value) else value
+    if isinstance(value, str):  # (a str enum's too: its text)
+        return repr(value) if _QUOTED.intersection(value) else str.__str__(value)
     return repr(value)
 
 

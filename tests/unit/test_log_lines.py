@@ -4,6 +4,7 @@ still goes through structlog's renderer."""
 
 from __future__ import annotations
 
+import enum
 import random
 from typing import Any
 
@@ -12,12 +13,19 @@ import pytest
 from marun.log import _import_structlog, _Readable
 
 structlog = _import_structlog()
+
+
+class Phase(str, enum.Enum):
+    RUNNING = "running"
+    ODD = "a b"
+
+
 THEIRS = structlog.dev.ConsoleRenderer(colors=False)
 OURS = _Readable(THEIRS)
 VALUES: list[Any] = [
     0, -3, 2**70, 1.5, float("nan"), True, None, "", "host-0", "a b", "a=b", "tab\there",
     "line\nbreak", "it's", 'say "x"', "\u00e9t\u00e9", "[info]", [1, "a"], ("x",), {"k": 1},
-    {"MARUN_JOB_TOKEN": "***"}, b"bytes",
+    {"MARUN_JOB_TOKEN": "***"}, b"bytes", Phase.RUNNING, Phase.ODD,
 ]  # fmt: skip
 
 
