@@ -94,9 +94,10 @@ class JobPort(SendSide):
         self._without_hello: deque[Conn] = deque()
         self.stuck: set[Conn] = set()
         self._hb_line = self.template(LeaderBeat())
+        # every connection's challenge, its nonce the line's own (marun.job.signing)
+        self._challenge_line = self.template(Challenge(instance, PROTOCOL))
         self.beats = BeatSchedule(hb_every, self._live, self._heartbeat)
         self._welcome: tuple[Welcome, Template] | None = None  # the last welcome's template
-        self._challenge: tuple[Challenge, Template] | None = None  # every challenge's
         self._address_allowed = AllowedHosts(coord.hosts)
 
     @property
@@ -145,7 +146,7 @@ class JobPort(SendSide):
         self.per_source[conn.address] = mine + 1
         self._without_hello.append(conn)
         self.sel.register(sock, selectors.EVENT_READ, conn)
-        self.send_conn(conn, Challenge(self.instance, PROTOCOL), nonce=conn.nonce)
+        self.send_signed(conn, self._challenge_line, nonce=conn.nonce)
 
     def _out_of_descriptors(self) -> None:
         """The process has no descriptor left: take the waiting connection with the reserve one

@@ -31,7 +31,6 @@ class SendSide:
     hb_every: float
     _corked: Conn | None
     _welcome: tuple[Welcome, Template] | None
-    _challenge: tuple[Challenge, Template] | None
 
     def refuse(self, conn: Conn, why: str) -> None:
         raise NotImplementedError
@@ -42,12 +41,11 @@ class SendSide:
     def send_conn(
         self,
         conn: Conn,
-        message: LeaderMessage | Challenge,
+        message: LeaderMessage,
         *,
         to: int | None = None,
-        nonce: str | None = None,
     ) -> None:
-        """(`to`: the slot behind a relay; `nonce`: the line's own, a challenge's)"""
+        """(`to`: the slot behind a relay)"""
         if isinstance(message, Welcome):
             # a relay's hellos are welcomed together, with one message (one clock)
             held = self._welcome
@@ -62,22 +60,14 @@ class SendSide:
                 conn.welcome_template = template
                 conn.welcomes.append(to)
                 return
-        elif isinstance(message, Challenge):
-            # one template for every connection's challenge (the same instance and version),
-            # its nonce the line's own (marun.job.signing)
-            held_challenge = self._challenge
-            if held_challenge is None or held_challenge[0] != message:
-                held_challenge = self._challenge = (message, self.template(message))
-            self.send_signed(conn, held_challenge[1], to, nonce)
-            return
         else:
             template = self.template(message)
-        self.send_signed(conn, template, to, nonce)
+        self.send_signed(conn, template, to)
 
-    def template(self, message: LeaderMessage | Challenge, **protocol: str | int) -> Template:
+    def template(self, message: LeaderMessage | Challenge) -> Template:
         """A message as a line to sign for each connection (encoded once for many)."""
         body = {"job": self.coord.job, "node": self.coord.leader, "slot": 0}
-        body.update(message.to_wire(), **protocol, type=message.KIND)
+        body.update(message.to_wire(), type=message.KIND)
         return Template(self._secret, body)
 
     def send_signed(
