@@ -19,9 +19,18 @@ events go to an events file, as a real marun's do (marun.log; a temporary direct
 cost is node 0's (from 2026-11-29; before, a no-op log left out a `node_arrived` line per
 member: 1.5 s of node 0's arrival at 4,096 x 8). The table counts the file's lines.
 
+A light members' process has at most --connecting (64) of its nodes' connects under way at once,
+the others waiting their turn: a process that started all its 2,048 nodes' connects at once read
+no challenge until the last of them was done, so every hello reached node 0 0.2-0.5 s after the
+last challenge had reached its member, node 0 idle meanwhile; a real node answers its challenge
+within its own round trip. The gate is on the connect's own handshake, which the kernel
+completes whether node 0 has accepted yet or not: the storm does not wait for node 0.
+--connecting 0 is the harness before 2026-11-29 (all at once).
+
 Per size it prints: the time from the last member's connect to every member started (and from
-the first connect attempt), connection retries (connect or challenge not within 2 s, as the real
-member retries), node 0's CPU seconds during arrival, node 0's CPU share of one core in steady
+the first connect attempt; and how long the connects took to arrive), connection retries
+(connect or challenge not within 2 s, as the real member retries), node 0's CPU seconds during
+arrival, node 0's CPU share of one core in steady
 state (over --steady seconds), the stop fan-out (one member sends a failure: time to the last
 member's `stop`), node 0's RSS, and the real member's CPU share in steady state. The start and the
 stop are timed twice: when the light members' processes read them, and when they reached the
@@ -293,6 +302,8 @@ class Light:
     done: asyncio.Event = field(default_factory=asyncio.Event)
     step: int = 0  # --progress: the step its one rank reports with each heartbeat
     progress: ClassVar[bool] = False  # --progress
+    at_once: ClassVar[int] = 0  # --connecting: a worker's connects under way at once (0: all)
+    gate: ClassVar[asyncio.Semaphore | None] = None  # (made in the worker's own loop)
 
     def send(self, kind: str, **fields: object) -> None:
         body = {"job": JOB, "node": self.node, "slot": self.slot, "type": kind, **fields}
@@ -306,9 +317,7 @@ class Light:
         source = (f"127.1.{self.node // 256}.{self.node % 256}", 0)
         while time.monotonic() < deadline:
             try:
-                reader, writer, self.sock = await asyncio.wait_for(
-                    connect(port, source), CONNECT_WAIT
-                )
+                reader, writer, self.sock = await self._connect(port, source)
             except (OSError, asyncio.TimeoutError) as exc:
                 self.retries += 1
                 WHY[f"connect: {type(exc).__name__}"] += 1
@@ -342,6 +351,21 @@ class Light:
             self.retries += 1
             WHY["closed by node 0"] += 1
             await asyncio.sleep(RETRY)
+
+    async def _connect(
+        self, port: int, source: tuple[str, int]
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, StampedSocket]:
+        """The connect, at most `Light.at_once` of a worker's at a time (--connecting). Its own
+        handshake only: the kernel completes it whether node 0 has accepted yet or not, so the
+        storm does not wait for node 0. Without the gate, a worker's loop runs all its 2,048
+        nodes' connects before it reads any challenge: every hello reached node 0 0.2-0.5 s
+        after the last challenge reached its member (node 0 idle meanwhile), where a real node
+        answers within its own round trip (docs/performance.md, "Members that answer")."""
+        gate = Light.gate
+        if gate is None:
+            return await asyncio.wait_for(connect(port, source), CONNECT_WAIT)
+        async with gate:  # (the member's own 2 s start at its connect, as a real member's)
+            return await asyncio.wait_for(connect(port, source), CONNECT_WAIT)
 
     def hellos(self, host: str) -> None:
         self.send("hello", host=host, daemons_only=False, nonce=self.mine,
@@ -397,6 +421,7 @@ class Result:
     last_connect_to_started: float = float("nan")
     at_sockets: float = float("nan")  # the same, each end the kernel's arrival time at a socket
     first_try_to_started: float = float("nan")
+    first_try_to_last_connect: float = float("nan")  # how long the storm took to arrive
     retries: int = 0
     arrival_cpu: float = float("nan")
     members_cpu: float = float("nan")  # this process's (the light members') during arrival
@@ -503,6 +528,7 @@ async def _worker(pipe: Connection, lights: list[Light], port: int) -> None:
     of theirs (or silence one) on word from the bench and say when the stop reached them."""
     loop = asyncio.get_running_loop()
     _, deadline = await loop.run_in_executor(None, pipe.recv)
+    Light.gate = asyncio.Semaphore(Light.at_once) if Light.at_once > 0 else None
     mine0 = time.process_time()
     tasks = await _arrive(lights, port, deadline)
     started = [m for m in lights if m.started]
@@ -639,6 +665,7 @@ def measure(
             a["last_challenge_arrived"] for a in arrived
         )
         res.first_try_to_started = max(a["all_started"] for a in arrived) - t0
+        res.first_try_to_last_connect = max(a["last_connect"] for a in arrived) - t0
         everywhere = os.sched_getaffinity(0)
         apart = pin_steady and len(everywhere) >= 2
         others = (os.getpid(), real.pid, *(proc.pid for proc, _ in workers))
@@ -743,6 +770,14 @@ def main() -> int:
         "--procs", type=int, default=2, help="processes the light members are spread over"
     )
     parser.add_argument(
+        "--connecting",
+        type=int,
+        default=64,
+        help="a light members' process's connects under way at once, the others waiting their "
+        "turn (so that it answers the challenges that came meanwhile, as a real node answers "
+        "its own); 0: all at once, every answer after the process's last connect",
+    )
+    parser.add_argument(
         "--pin-steady",
         action="store_true",
         help="in steady state, node 0 alone on one core and every other process on the rest "
@@ -776,10 +811,12 @@ def main() -> int:
             return 2
         sizes.append((n, s))
     print(f"# {load_note()}")
+    Light.at_once = max(0, args.connecting)
     source = os.environ.get("MARUN_BENCH_SRC", "this checkout's src")
     shape = "one connection per node (relays)" if RELAYED else "one connection per marun"
     print(
         f"# source: {source}, protocol {PROTOCOL}: {shape}; light members in {args.procs} processes"
+        f", {Light.at_once or 'all'} connects under way at once in each"
     )
     # Descriptors a process holds at the largest size: node 0 one per connection, the light
     # members' processes as many between them (one per node behind relays, else one per
@@ -804,7 +841,7 @@ def main() -> int:
         print(f"# {res.size} done{': ' + res.note if res.note else ''}", flush=True)
     base = results[0]
     header = ("size", "members", "last connect -> all started", "the same at the sockets",
-              "first try -> all started",
+              "first try -> all started", "first try -> last connect",
               "retries (per member)", "node 0 CPU arrival", "per member x", "node 0 steady",
               "per member x", "stop to last", "stop at last socket", "node 0's stop", "node 0 RSS",
               "real marun steady (each)",
@@ -825,7 +862,8 @@ def main() -> int:
         )
         row = (r.size, str(r.members), f"{r.last_connect_to_started:.2f} s",
                f"{r.at_sockets:.2f} s",
-               f"{r.first_try_to_started:.2f} s", f"{r.retries} ({r.retries / r.members:.2f})",
+               f"{r.first_try_to_started:.2f} s", f"{r.first_try_to_last_connect:.2f} s",
+               f"{r.retries} ({r.retries / r.members:.2f})",
                f"{r.arrival_cpu:.2f} s",
                f"{arr_x:.2f}", f"{100 * r.steady_share:.1f}% of a core", f"{st_x:.2f}",
                f"{r.stop_fanout:.3f} s", f"{r.stop_arrival:.3f} s", f"{r.stop_sent:.3f} s",
