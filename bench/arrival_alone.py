@@ -27,14 +27,16 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import bench_env, load_note
 
-# argv: nodes slots; prints one JSON line. Written for older trees too (no collector, no hubs).
+# argv: nodes slots events-dir; prints one JSON line. Written for older trees too (no collector,
+# no hubs).
 CHILD = """\
-import json, os, resource, selectors, socket, sys, tempfile, time
+import json, os, resource, selectors, socket, sys, time
 nodes, slots = map(int, sys.argv[1:3])
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -52,7 +54,7 @@ TOKEN, JOB = b"bench-arrival-alone-secret-0123456789", "bench-arrival-alone"
 port = free_port()
 coord = Coordination(host="127.0.0.1", port=port, nodes=nodes, index=0, job=JOB, slots=slots,
                      arrival_timeout=600.0, peer_timeout=60.0, auth="token")
-log_to_file(tempfile.mkdtemp(prefix="bench-arrival-alone-"))  # node 0's events, as a marun's
+log_to_file(sys.argv[3])  # node 0's events, as a marun's
 events = get_logger("marun.job")
 def log(event, level="info", **fields):
     getattr(events, level)(event, **fields)
@@ -106,14 +108,15 @@ print(json.dumps({"last_challenge": last_challenge, "every_start": every_start, 
 def once(src: str, nodes: int, slots: int) -> dict[str, float]:
     env = bench_env()
     env["PYTHONPATH"] = src
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(nodes), str(slots)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    with tempfile.TemporaryDirectory(prefix="bench-arrival-alone-") as events:
+        out = subprocess.run(
+            [sys.executable, "-c", CHILD, str(nodes), str(slots), events],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
     if out.returncode != 0:
         raise SystemExit(f"arrival_alone.py: the run of {src} failed: {out.stderr.strip()[-400:]}")
     result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])

@@ -27,16 +27,16 @@ within its own round trip. The gate is on the connect's own handshake, which the
 completes whether node 0 has accepted yet or not: the storm does not wait for node 0.
 --connecting 0 is the harness before 2026-11-29 (all at once).
 
-Per size it prints: the time from the last member's connect to every member started (and from
-the first connect attempt; and how long the connects took to arrive), connection retries
-(connect or challenge not within 2 s, as the real member retries), node 0's CPU seconds during
-arrival, node 0's CPU share of one core in steady
-state (over --steady seconds), the stop fan-out (one member sends a failure: time to the last
-member's `stop`), node 0's RSS, and the real member's CPU share in steady state. The start and the
-stop are timed twice: when the light members' processes read them, and when they reached the
-members' sockets (the kernel's arrival time, SO_TIMESTAMPNS): two processes read for thousands of
-nodes on the cores node 0 runs on, where each real node reads its own. Ratios are per
-member against the first size of the run (1.00 = linear in members). Nothing is asserted.
+Per size it prints: the time from the last member's connect to every member started (and from the
+first connect attempt; and how long the connects took to arrive), connection retries (connect or
+challenge not within 2 s, as the real member retries), node 0's CPU seconds during arrival, node
+0's CPU share of one core in steady state (over --steady seconds), the stop fan-out (one member
+sends a failure: time to the last member's `stop`), node 0's RSS, and the real member's CPU share
+in steady state. The start and the stop are timed twice: when the light members' processes read
+them, and when they reached the members' sockets (the kernel's arrival time, SO_TIMESTAMPNS): two
+processes read for thousands of nodes on the cores node 0 runs on, where each real node reads its
+own. Ratios are per member against the first size of the run (1.00 = linear in members). Nothing is
+asserted.
 
 BENCH_PROFILE=FILE: node 0's loop is profiled (cProfile, from 3 s to 23 s after the start) into
 FILE (the 30 costliest) and FILE.prof (all of it, for pstats). The soft limit on open files is

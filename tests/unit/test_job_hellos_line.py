@@ -14,22 +14,19 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_job_machines import WALL, _coord, _hello
 
 from marun.job.actions import Action, Bind, Broadcast, Log, Send, TurnAway
 from marun.job.machine import JobMachine, SaidHello
-from marun.job.messages import Hello, Start, Welcome
+from marun.job.messages import Start, Welcome
 from marun.job.phases import JobPhase
 from marun.job.protocol import PROTOCOL
-from marun.plan.coordination import Coordination
 
-WALL = 1.7e9
 NODES, SLOTS = 2, 4
 
 
 def _machine() -> JobMachine:
-    coord = Coordination(host="10.0.0.1", port=29400, nodes=NODES, index=0, job="j", slots=SLOTS,
-                         arrival_timeout=30.0, peer_timeout=10.0)  # fmt: skip
-    return JobMachine(coord, "leader", now=0.0, wall=WALL)
+    return JobMachine(_coord(nodes=NODES, slots=SLOTS), "leader", now=0.0, wall=WALL)
 
 
 def _said(
@@ -37,8 +34,7 @@ def _said(
 ) -> SaidHello:
     """Slot `slot` of node `node` says hello on lane (conn, slot) of its node's `conn`-th
     connection (a relay's lanes: one a slot of the node's one connection)."""
-    hello = Hello(node=node, slot=slot, instance=f"{instance}{node}.{slot}", host=f"h{node}",
-                  leader="", started=False, daemons_only=False, version=version)  # fmt: skip
+    hello = _hello(node, f"{instance}{node}.{slot}", slot=slot, version=version)
     return (f"n{node}.c{conn}.s{slot}", f"10.0.0.{node + 1}", hello)
 
 
